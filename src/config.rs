@@ -1,0 +1,206 @@
+//! Settings of a [`LockManager`](crate::LockManager) and their validation.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::manager::LockManager;
+
+/// The longest lease, wait or timeout accepted: 2^52 ms (about 142,000 years). Redis refuses
+/// expiry times that overflow its millisecond clock, and Lua numbers are exact only up to 2^53;
+/// staying below both keeps every duration exact on the wire.
+pub(crate) const MAX_MILLIS: u64 = 1 << 52;
+
+/// Converts a duration to whole milliseconds for Redis, refusing zero, sub-millisecond and
+/// out-of-range values with an error that names the argument.
+pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return Err(Error::invalid(
+            what,
+            format!("{d:?} is shorter than Redis' resolution of 1 ms"),
+        ));
+    }
+    if ms > u128::from(MAX_MILLIS) {
+        return Err(Error::invalid(
+            what,
+            format!("{d:?} is longer than the maximum of {MAX_MILLIS} ms"),
+        ));
+    }
+    Ok(ms as u64)
+}
+
+/// Checks a wait: zero is allowed (one attempt), huge values are refused.
+pub(crate) fn check_wait(wait: Duration) -> Result<()> {
+    if wait.as_millis() > u128::from(MAX_MILLIS) {
+        return Err(Error::invalid(
+            "wait",
+            format!("{wait:?} is longer than the maximum of {MAX_MILLIS} ms; use lock() to wait without limit"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validated settings shared by everything a manager owns.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) watchdog_timeout_ms: u64,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl Config {
+    /// How often the watchdog renews a held lock: a third of the timeout, like Redisson.
+    pub(crate) fn renewal_period(&self) -> Duration {
+        Duration::from_millis(self.watchdog_timeout_ms) / 3
+    }
+
+    /// How long an unlock latch lives: long enough to cover one retry of the unlock after its
+    /// reply was lost (a response timeout, a reconnect, and a second response timeout).
+    pub(crate) fn latch_ttl_ms(&self) -> u64 {
+        let span = self.response_timeout * 2 + self.connect_timeout;
+        (span.as_millis() as u64).max(1_000)
+    }
+}
+
+/// Builds a [`LockManager`] with settings other than the defaults.
+///
+/// Obtained from [`LockManager::builder`]. Setters never fail; [`build`](Self::build) checks
+/// every value and reports the first bad one as an [`Error`], so settings that arrive from a
+/// config file or through the C API cannot panic.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let manager = redis_lock::LockManager::builder("redis://127.0.0.1:6379/")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .pool_size(16)
+///     .build()?;
+/// # Ok::<(), redis_lock::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LockManagerBuilder {
+    url: String,
+    watchdog_timeout: Duration,
+    pool_size: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl LockManagerBuilder {
+    pub(crate) fn new(url: &str) -> Self {
+        LockManagerBuilder {
+            url: url.to_owned(),
+            watchdog_timeout: Duration::from_secs(30),
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// The lease given to locks taken without an explicit lease, renewed by the watchdog every
+    /// third of it while the lock is held. A holder that dies stops renewing, so its lock
+    /// expires at most this long after its last renewal.
+    ///
+    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 3 ms.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// The most connections the command pool opens. Each blocking call uses one connection for
+    /// the length of one round trip, and waiting threads hold none, so a few connections serve
+    /// many threads. The pub/sub listener has its own connection on top of these.
+    ///
+    /// Defaults to 8. Must be at least 1.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long opening one connection (TCP, TLS, authentication) may take.
+    ///
+    /// Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis may take to answer one command; also how long a call waits for a free
+    /// pooled connection. A `try_lock(wait)` returns at most this much after `wait`.
+    ///
+    /// Defaults to 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings, connects to Redis, loads the lock scripts and starts the
+    /// manager's two background threads.
+    ///
+    /// Fails with [`Error::InvalidArgument`] or [`Error::InvalidUrl`] for bad settings and with
+    /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials.
+    pub fn build(self) -> Result<LockManager> {
+        let config = self.validate()?;
+        LockManager::start(&self.url, config)
+    }
+
+    fn validate(&self) -> Result<Config> {
+        let watchdog_timeout_ms = to_millis("watchdog timeout", self.watchdog_timeout)?;
+        if watchdog_timeout_ms < 3 {
+            return Err(Error::invalid(
+                "watchdog timeout",
+                format!(
+                    "{:?} leaves no room to renew every third of it; use at least 3 ms",
+                    self.watchdog_timeout
+                ),
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size", "must be at least 1"));
+        }
+        to_millis("connect timeout", self.connect_timeout)?;
+        to_millis("response timeout", self.response_timeout)?;
+        Ok(Config {
+            watchdog_timeout_ms,
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_refuses_zero_submillisecond_and_huge() {
+        assert!(to_millis("lease", Duration::ZERO).is_err());
+        assert!(to_millis("lease", Duration::from_micros(999)).is_err());
+        assert!(to_millis("lease", Duration::MAX).is_err());
+        assert_eq!(to_millis("lease", Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(
+            to_millis("lease", Duration::from_millis(MAX_MILLIS)).unwrap(),
+            MAX_MILLIS
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_reported_by_validate() {
+        let base = LockManagerBuilder::new("redis://127.0.0.1/");
+        let cases = [
+            base.clone().watchdog_timeout(Duration::ZERO),
+            base.clone().watchdog_timeout(Duration::from_millis(2)),
+            base.clone().watchdog_timeout(Duration::MAX),
+            base.clone().pool_size(0),
+            base.clone().connect_timeout(Duration::ZERO),
+            base.clone().response_timeout(Duration::from_nanos(5)),
+        ];
+        for case in cases {
+            let err = case.validate().unwrap_err();
+            assert!(err.is_invalid_argument(), "{err}");
+        }
+        assert!(base.validate().is_ok());
+    }
+}

@@ -1,0 +1,190 @@
+//! The crate's error type.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What can go wrong when talking to the lock service.
+///
+/// Every variant says what failed and why; the [`Display`](fmt::Display) text is meant to be
+/// shown to a person as it is. Match on the predicates ([`is_not_held`](Error::is_not_held),
+/// [`is_timeout`](Error::is_timeout), ...) rather than on variants where you can: new variants
+/// may be added (the enum is `#[non_exhaustive]`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock name was refused before anything was sent (empty or too long).
+    InvalidName {
+        /// Why the name was refused.
+        reason: String,
+    },
+    /// A duration, size or other argument was out of range (zero lease, lease beyond Redis'
+    /// millisecond range, pool size of zero, ...). Nothing was sent to Redis.
+    InvalidArgument {
+        /// Which argument.
+        what: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The connection URL could not be parsed. The URL is not repeated, since it may contain
+    /// a password.
+    InvalidUrl {
+        /// The parser's complaint.
+        source: redis::RedisError,
+    },
+    /// No connection to Redis could be made (refused, unreachable, wrong password, ...).
+    Connect {
+        /// The last connection error.
+        source: redis::RedisError,
+    },
+    /// Redis answered a command with an error, or the connection broke while it ran.
+    Redis {
+        /// What the crate was doing ("acquire", "release", "renew", ...).
+        operation: &'static str,
+        /// The error from Redis or from the connection.
+        source: redis::RedisError,
+    },
+    /// A key with the lock's name exists but is not a lock (not a hash). It was left untouched.
+    WrongType {
+        /// The lock name.
+        name: String,
+    },
+    /// The lock was not held by this guard's owner any more when it was released: its lease
+    /// expired, it was force-unlocked, or another owner has it now. Nothing was changed on Redis.
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+    /// The manager could not start one of its background threads.
+    ThreadSpawn {
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// An operation did not finish in time: Redis did not answer within the response timeout,
+    /// or no pooled connection became free.
+    Timeout {
+        /// What timed out.
+        operation: &'static str,
+        /// How long was waited.
+        after: Duration,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The lock was not (or no longer) held by the releasing owner.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// The operation ran out of time (Redis too slow, pool exhausted, or an I/O timeout).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Redis { source, .. } | Error::Connect { source } => source.is_timeout(),
+            _ => false,
+        }
+    }
+
+    /// The call was refused before anything was sent: a bad name, duration, size or URL.
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. } | Error::InvalidArgument { .. } | Error::InvalidUrl { .. }
+        )
+    }
+
+    /// Redis could not be reached, or the connection broke.
+    pub fn is_connection_error(&self) -> bool {
+        match self {
+            Error::Connect { .. } => true,
+            Error::Redis { source, .. } => {
+                source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.is_io_error()
+            }
+            _ => false,
+        }
+    }
+
+    /// A key of the lock's name holds something that is not a lock.
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Classifies an error from a command that ran against the lock named `name`.
+    pub(crate) fn from_command(
+        operation: &'static str,
+        name: &str,
+        source: redis::RedisError,
+    ) -> Self {
+        if source.code() == Some("WRONGTYPE") {
+            Error::WrongType {
+                name: name.to_owned(),
+            }
+        } else {
+            Error::Redis { operation, source }
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidName { reason } => write!(f, "invalid lock name: {reason}"),
+            Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
+            Error::InvalidUrl { source } => write!(f, "invalid Redis URL: {source}"),
+            Error::Connect { source } => write!(f, "cannot connect to Redis: {source}"),
+            Error::Redis { operation, source } => write!(f, "{operation} failed: {source}"),
+            Error::WrongType { name } => write!(
+                f,
+                "key {} exists but is not a lock (not a hash); it was left untouched",
+                shorten(name)
+            ),
+            Error::NotHeld { name } => write!(
+                f,
+                "lock {} is not held by this owner (lease expired, force-unlocked, or taken by another owner)",
+                shorten(name)
+            ),
+            Error::ThreadSpawn { source } => {
+                write!(f, "cannot start a background thread: {source}")
+            }
+            Error::Timeout { operation, after } => {
+                write!(f, "{operation} timed out after {after:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidUrl { source }
+            | Error::Connect { source }
+            | Error::Redis { source, .. } => Some(source),
+            Error::ThreadSpawn { source } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Quotes a lock name for a message, cutting very long names so an error stays readable.
+fn shorten(name: &str) -> String {
+    const MAX: usize = 200;
+    if name.len() <= MAX {
+        return format!("{name:?}");
+    }
+    let mut end = MAX;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &name[..end], name.len())
+}

@@ -1,0 +1,130 @@
+//! [`LockGuard`]: one hold on a lock, released on drop.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::names::LockKeys;
+use crate::owner::owner_field;
+use crate::store::Release;
+use crate::watchdog::HoldStatus;
+
+/// One hold on a lock, released when the guard is dropped or [`unlock`](Self::unlock)ed.
+///
+/// The guard remembers the thread that acquired it, so it may be moved to another thread and
+/// released there: it releases the acquiring thread's hold, never the current thread's.
+///
+/// Dropping releases on a best-effort basis and logs a failure with `log::warn!`; call
+/// [`unlock`](Self::unlock) to see the error instead.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    lock: Lock,
+    keys: Arc<LockKeys>,
+    thread: u64,
+    lease_ms: u64,
+    /// Present when the watchdog renews this hold.
+    renewal: Option<Arc<HoldStatus>>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        lock: Lock,
+        keys: Arc<LockKeys>,
+        thread: u64,
+        lease_ms: u64,
+        renewal: Option<Arc<HoldStatus>>,
+    ) -> Self {
+        LockGuard {
+            lock,
+            keys,
+            thread,
+            lease_ms,
+            renewal,
+            released: false,
+        }
+    }
+
+    /// Releases this hold and reports what happened.
+    ///
+    /// `Ok(())` when the hold was released (the lock is free if this was the owner's last
+    /// hold; waiters are woken). [`Error::NotHeld`] when the lock was no longer this owner's:
+    /// its lease ran out, it was force-unlocked, or another owner has it now, in which case
+    /// nothing on Redis was changed. A retry after a lost reply is safe: the unlock is
+    /// idempotent.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The [`Lock`] handle this guard holds.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The fixed lease this hold was taken with; `None` when the watchdog renews it.
+    pub fn lease(&self) -> Option<Duration> {
+        match self.renewal {
+            Some(_) => None,
+            None => Some(Duration::from_millis(self.lease_ms)),
+        }
+    }
+
+    /// Whether the watchdog found this hold gone (expired or taken over) at a renewal. Always
+    /// `false` for fixed-lease guards, which are not renewed. No I/O.
+    pub fn is_renewal_lost(&self) -> bool {
+        self.renewal.as_ref().is_some_and(|s| s.is_lost())
+    }
+
+    fn release(&self) -> Result<()> {
+        let inner = &self.lock.manager().inner;
+        let owner = owner_field(&inner.client_id, self.thread);
+        let renewing =
+            self.renewal.is_some() || inner.watchdog.is_renewing(&self.keys, self.thread);
+        // Holds that remain keep the lease the watchdog gives them, if it renews them.
+        let lease_ms = if renewing {
+            inner.config.watchdog_timeout_ms
+        } else {
+            self.lease_ms
+        };
+        let outcome = inner.store.release(&self.keys, lease_ms, &owner);
+        if self.renewal.is_some() {
+            // Whatever the outcome, nothing will release this hold later: stop renewing it.
+            inner.watchdog.unregister(&self.keys, self.thread);
+        }
+        match outcome? {
+            Release::Released | Release::StillHeld => Ok(()),
+            Release::NotHeld => Err(Error::NotHeld {
+                name: self.keys.name.clone(),
+            }),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(err) = self.release() {
+            log::warn!("releasing lock {:?} on drop failed: {err}", self.keys.name);
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.keys.name)
+            .field("thread", &self.thread)
+            .field("lease", &self.lease())
+            .finish()
+    }
+}

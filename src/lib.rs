@@ -1,0 +1,119 @@
+//! A synchronous, Redisson-compatible distributed lock for threaded Rust programs.
+//!
+//! `redis-lock` gives plain threaded programs the lock that Java programs get from Redisson's
+//! `RLock`: **reentrant** per thread, **owner-checked** on release, kept alive by a
+//! **watchdog** while the holder works, released at once on unlock, and with waiters **woken
+//! by pub/sub** instead of polling. It stores locks exactly as Redisson does, so a Java service
+//! and a Rust service can share one lock.
+//!
+//! There is no async runtime: every call blocks the calling thread, and the crate runs two
+//! background threads per [`LockManager`] whatever the number of locks.
+//!
+//! # Usage
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock::LockManager;
+//!
+//! let manager = LockManager::new("redis://127.0.0.1:6379/")?;
+//!
+//! // Wait as long as it takes; the watchdog keeps the lock while the guard lives.
+//! let guard = manager.lock("orders:42")?;
+//! // ... critical section ...
+//! guard.unlock()?; // or just drop it
+//!
+//! // Wait at most 2 s.
+//! if let Some(_guard) = manager.try_lock("orders:42", Duration::from_secs(2))? {
+//!     // ... critical section; released when `_guard` goes out of scope ...
+//! }
+//!
+//! // A fixed lease, never renewed: the lock expires after 10 s even if the holder hangs.
+//! let guard = manager.lock_with_lease("orders:42", Duration::from_secs(10))?;
+//! drop(guard);
+//! # Ok::<(), redis_lock::Error>(())
+//! ```
+//!
+//! The four ways to acquire mirror Redisson's overloads:
+//!
+//! | Redisson | here | waits | lease |
+//! |---|---|---|---|
+//! | `lock()` | [`LockManager::lock`] | until acquired | watchdog |
+//! | `tryLock(wait, unit)` | [`LockManager::try_lock`] | up to `wait` | watchdog |
+//! | `lock(lease, unit)` | [`LockManager::lock_with_lease`] | until acquired | fixed |
+//! | `tryLock(wait, lease, unit)` | [`LockManager::try_lock_with_lease`] | up to `wait` | fixed |
+//!
+//! The same methods exist on [`Lock`], a cheap handle on one name
+//! ([`LockManager::get_lock`]), which also has the inspection calls
+//! ([`is_locked`](Lock::is_locked), [`is_held_by_current_thread`](Lock::is_held_by_current_thread),
+//! [`hold_count`](Lock::hold_count), [`remaining_ttl`](Lock::remaining_ttl)) and
+//! [`force_unlock`](Lock::force_unlock).
+//!
+//! # Ownership and reentrancy
+//!
+//! The owner of a hold is the *thread* that acquired it (through one manager): the same thread
+//! locking again re-enters and the hold count goes up; other threads, managers and processes
+//! wait. Each acquire returns a [`LockGuard`] that releases exactly one hold. Unlike Java, a
+//! guard may be moved to another thread and released there: it remembers its owner.
+//!
+//! # Leases and the watchdog
+//!
+//! `lock` and `try_lock` give the lock a lease of the watchdog timeout (30 s by default) and the
+//! manager's watchdog thread renews it every third of that while the guard lives. If the
+//! process dies, renewal stops and the lock expires within the timeout. `*_with_lease` sets the
+//! lease once and never renews it: when the work outlasts the lease, the lock is gone and the
+//! guard's [`unlock`](LockGuard::unlock) reports [`Error::NotHeld`].
+//!
+//! # Configuration
+//!
+//! [`LockManager::builder`] sets the watchdog timeout, pool size, and connect and response
+//! timeouts; every setter documents its default, and [`build`](LockManagerBuilder::build)
+//! reports bad values as errors. See [`LockManager`] for the threads and connections a manager
+//! owns and how clones share them.
+//!
+//! # Errors
+//!
+//! Every fallible call returns [`Result`]. Bad input (an empty or oversized name, a zero or
+//! out-of-range duration, an unparseable URL) is refused before anything is sent
+//! ([`Error::is_invalid_argument`]). Redis being down is an error, not a hang
+//! ([`Error::is_connection_error`], [`Error::is_timeout`]). A key of the lock's name that is
+//! not a lock is reported as [`Error::WrongType`] and left untouched. Releasing a lock that is
+//! no longer yours is [`Error::NotHeld`] and changes nothing on Redis.
+//!
+//! # On the wire
+//!
+//! A lock named `n` is a Redis hash at key `n` with one field `<client-uuid>:<thread-number>`
+//! holding the hold count, and a millisecond TTL (the lease). Releases are announced on
+//! `redisson_lock__channel:{n}` with the message `0`. Unlock calls are made idempotent by a
+//! short-lived latch key `redisson_unlock_latch:{n}:<request-id>`, which expires by itself.
+//!
+//! # Dependencies and why
+//!
+//! - `redis` (redis-rs, sync API): connections, scripts, pipelines and pub/sub.
+//! - `parking_lot`: mutexes and condvars without poisoning, so a panic in one thread cannot
+//!   wedge the state that other waiters share.
+//! - `crossbeam-channel`: the pub/sub listener's mailbox of subscribe/unsubscribe requests.
+//! - `uuid`: the random client id in every owner field, and unlock request ids.
+//! - `log`: failed renewals and failed releases on drop are logged, never silently dropped.
+//!
+//! The connection pool is a small one of our own (`src/pool.rs` says why not r2d2).
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod guard;
+mod lock;
+mod manager;
+mod names;
+mod owner;
+mod pool;
+mod scripts;
+mod store;
+mod subscriber;
+mod watchdog;
+
+pub use config::LockManagerBuilder;
+pub use error::{Error, Result};
+pub use guard::LockGuard;
+pub use lock::Lock;
+pub use manager::LockManager;

@@ -1,0 +1,198 @@
+//! [`Lock`]: a handle on one named lock, and the acquire loop.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{check_wait, to_millis};
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::manager::LockManager;
+use crate::names::LockKeys;
+use crate::owner::{current_thread_number, owner_field};
+use crate::store::Attempt;
+
+/// How long to sleep between attempts when the holder's key has no TTL at all (a foreign
+/// writer made it; no client of this protocol does) and no unlock message comes.
+const NO_TTL_POLL: Duration = Duration::from_millis(100);
+
+/// A handle on one named lock. Cheap to create ([`LockManager::get_lock`] does no I/O) and
+/// to clone; it keeps its manager alive.
+///
+/// The methods that acquire follow Redisson's `RLock` overloads:
+///
+/// | method | waits | lease |
+/// |---|---|---|
+/// | [`lock`](Self::lock) | until acquired | watchdog: renewed while the guard lives |
+/// | [`try_lock`](Self::try_lock) | up to `wait` | watchdog |
+/// | [`lock_with_lease`](Self::lock_with_lease) | until acquired | fixed, never renewed |
+/// | [`try_lock_with_lease`](Self::try_lock_with_lease) | up to `wait` | fixed |
+///
+/// Ownership is per thread: the thread that acquires is the owner, and acquiring again from
+/// the same thread re-enters (the hold count goes up) instead of waiting. Every acquire returns
+/// a [`LockGuard`] that releases exactly one hold.
+#[derive(Clone)]
+pub struct Lock {
+    manager: LockManager,
+    name: Arc<str>,
+    /// `None` when the name is invalid; each operation then reports why.
+    keys: Option<Arc<LockKeys>>,
+}
+
+impl Lock {
+    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+        Lock {
+            manager,
+            name: Arc::from(name),
+            keys: LockKeys::new(name).ok().map(Arc::new),
+        }
+    }
+
+    /// The lock's name, which is also its Redis key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn manager(&self) -> &LockManager {
+        &self.manager
+    }
+
+    fn keys(&self) -> Result<&Arc<LockKeys>> {
+        match &self.keys {
+            Some(keys) => Ok(keys),
+            None => Err(LockKeys::new(&self.name).expect_err("keys are None only for bad names")),
+        }
+    }
+
+    /// Waits as long as it takes to acquire the lock, then keeps it alive with the watchdog
+    /// (lease: the manager's watchdog timeout, renewed every third of it) until the guard is
+    /// released.
+    ///
+    /// Waiting costs no polling: the thread sleeps until the holder's release is announced
+    /// over pub/sub, or at the latest until the holder's lease would run out.
+    ///
+    /// Errors: an invalid name, Redis unreachable (reported, not waited out), or a key of this
+    /// name that is not a lock.
+    pub fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None)
+            .map(|g| g.expect("waits without limit"))
+    }
+
+    /// Tries to acquire the lock for up to `wait` (watchdog lease, as [`lock`](Self::lock)).
+    ///
+    /// `Duration::ZERO` makes exactly one attempt. Returns `Ok(None)` when the wait passed
+    /// without the lock; it returns at most one response timeout after `wait`.
+    pub fn try_lock(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), None)
+    }
+
+    /// Waits as long as it takes to acquire the lock with a fixed `lease`: the lock expires
+    /// `lease` after it was acquired unless released before. The watchdog is not involved.
+    ///
+    /// The lease must be at least 1 ms and at most 2^52 ms.
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease))
+            .map(|g| g.expect("waits without limit"))
+    }
+
+    /// Tries to acquire the lock for up to `wait` with a fixed `lease` (no watchdog).
+    pub fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), Some(lease))
+    }
+
+    /// Whether anyone (any thread, process or client) holds the lock.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.manager.inner.store.is_locked(self.keys()?)
+    }
+
+    /// Whether the calling thread holds the lock through this manager.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        let owner = owner_field(&self.manager.inner.client_id, current_thread_number());
+        self.manager.inner.store.is_held_by(self.keys()?, &owner)
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it holds none).
+    pub fn hold_count(&self) -> Result<u32> {
+        let owner = owner_field(&self.manager.inner.client_id, current_thread_number());
+        self.manager.inner.store.hold_count(self.keys()?, &owner)
+    }
+
+    /// The lock's remaining lease as Redis sees it; `None` when nobody holds it (or its key
+    /// has no expiry, which only a foreign writer can cause).
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.manager.inner.store.remaining_ttl(self.keys()?)
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held.
+    ///
+    /// The former holder's guards then fail to release with [`Error::NotHeld`](crate::Error::NotHeld), and the
+    /// watchdog drops their renewal at its next sweep. A key of this name that is not a lock
+    /// is left alone and reported as [`Error::WrongType`](crate::Error::WrongType).
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.manager.inner.store.force_unlock(self.keys()?)
+    }
+
+    /// The acquire loop: attempt; on failure subscribe, attempt again (a release may have been
+    /// announced before the subscription), then sleep until a release message or the holder's
+    /// TTL, and repeat. `wait: None` waits without limit; `lease: None` uses the watchdog.
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let keys = self.keys()?;
+        let inner = &self.manager.inner;
+        let lease_ms = match lease {
+            Some(lease) => to_millis("lease", lease)?,
+            None => inner.config.watchdog_timeout_ms,
+        };
+        if let Some(wait) = wait {
+            check_wait(wait)?;
+        }
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let thread = current_thread_number();
+        let owner = owner_field(&inner.client_id, thread);
+
+        if inner.store.try_acquire(keys, lease_ms, &owner)? == Attempt::Acquired {
+            return Ok(Some(self.granted(thread, lease_ms, lease.is_none())));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let subscription = inner.subscriber.subscribe(&keys.channel, deadline);
+        loop {
+            // The first pass closes the race with a release announced before we subscribed.
+            let holder_ttl = match inner.store.try_acquire(keys, lease_ms, &owner)? {
+                Attempt::Acquired => {
+                    return Ok(Some(self.granted(thread, lease_ms, lease.is_none())));
+                }
+                Attempt::HeldByOther(ttl) => ttl,
+            };
+            let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
+            if let Some(deadline) = deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(None);
+                }
+                sleep = sleep.min(deadline - now);
+            }
+            subscription.wait(sleep);
+        }
+    }
+
+    fn granted(&self, thread: u64, lease_ms: u64, renewed: bool) -> LockGuard {
+        let keys = Arc::clone(self.keys.as_ref().expect("acquired, so the name is valid"));
+        let status = renewed.then(|| self.manager.inner.watchdog.register(&keys, thread));
+        LockGuard::new(self.clone(), keys, thread, lease_ms, status)
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name).finish()
+    }
+}

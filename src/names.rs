@@ -1,0 +1,94 @@
+//! The Redis keys and channel that belong to one lock name (Redisson's layout).
+
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes. Redis would take more, but every operation sends
+/// the name two or three times, and a name this long is almost certainly a mistake.
+pub(crate) const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// Prefix of the channel on which releases are announced.
+const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+/// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
+const LATCH_PREFIX: &str = "redisson_unlock_latch";
+
+/// A validated lock name with the keys derived from it.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    /// The lock key: the name itself.
+    pub(crate) name: String,
+    /// `redisson_lock__channel:{name}`.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(name: &str) -> Result<Self> {
+        check_name(name)?;
+        Ok(LockKeys {
+            name: name.to_owned(),
+            channel: prefixed(CHANNEL_PREFIX, name),
+        })
+    }
+
+    /// The latch key for one unlock call, identified by `request_id`.
+    pub(crate) fn latch(&self, request_id: &str) -> String {
+        let mut key = prefixed(LATCH_PREFIX, &self.name);
+        key.push(':');
+        key.push_str(request_id);
+        key
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidName {
+            reason: "the name is empty".into(),
+        });
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "the name is {} bytes long; at most {MAX_NAME_LEN} bytes are accepted",
+                name.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `prefix:{name}`, or `prefix:name` when the name already has a `{` (Redisson's rule: the
+/// name's own hash tag then decides the cluster slot).
+fn prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_follows_the_brace_rule() {
+        let plain = LockKeys::new("orders:42").unwrap();
+        assert_eq!(plain.channel, "redisson_lock__channel:{orders:42}");
+        let tagged = LockKeys::new("{orders}:42").unwrap();
+        assert_eq!(tagged.channel, "redisson_lock__channel:{orders}:42");
+    }
+
+    #[test]
+    fn latch_key_has_the_request_id() {
+        let keys = LockKeys::new("orders:42").unwrap();
+        assert_eq!(keys.latch("ab12"), "redisson_unlock_latch:{orders:42}:ab12");
+    }
+
+    #[test]
+    fn empty_and_oversized_names_are_refused() {
+        assert!(LockKeys::new("").unwrap_err().is_invalid_argument());
+        let huge = "x".repeat(MAX_NAME_LEN + 1);
+        let err = LockKeys::new(&huge).unwrap_err();
+        assert!(err.is_invalid_argument(), "{err}");
+        assert!(LockKeys::new(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+}

@@ -1,0 +1,101 @@
+//! The Lua scripts that change lock state atomically on the server.
+//!
+//! Each one has exactly the effect PROTOCOL.md describes for Redisson's scripts, so a Java
+//! client and this crate can share a lock; the code is our own. Scripts are sent with EVALSHA
+//! and loaded again when the server answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
+
+use redis::Script;
+
+/// KEYS[1] lock key. ARGV[1] lease ms, ARGV[2] owner field.
+/// Replies nil when acquired (new or re-entered), else the holder's PTTL.
+const ACQUIRE: &str = r#"
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// KEYS[1] lock key, KEYS[2] unlock channel, KEYS[3] latch key.
+/// ARGV[1] message, ARGV[2] lease ms, ARGV[3] owner field, ARGV[4] publish command,
+/// ARGV[5] latch TTL ms.
+/// Replies the latch's value for a repeated call, nil when not the owner, 0 when still held
+/// (one hold fewer), 1 when released.
+const RELEASE: &str = r#"
+local done = redis.call('get', KEYS[3])
+if done then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1
+"#;
+
+/// KEYS: lock keys. ARGV[1] watchdog timeout ms, ARGV[i + 1] the owner field for KEYS[i].
+/// Replies one integer per key: 1 renewed, 0 the owner's hold is gone (lost).
+/// `pcall` keeps one key of the wrong type from failing the whole batch: that lock is lost.
+const RENEW: &str = r#"
+local out = {}
+for i, key in ipairs(KEYS) do
+    if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then
+        redis.call('pexpire', key, ARGV[1])
+        out[i] = 1
+    else
+        out[i] = 0
+    end
+end
+return out
+"#;
+
+/// KEYS[1] lock key, KEYS[2] unlock channel. ARGV[1] message, ARGV[2] publish command.
+/// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash is
+/// refused with WRONGTYPE instead of deleted: it is somebody's data, not a lock.
+const FORCE_UNLOCK: &str = r#"
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
+end
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call(ARGV[2], KEYS[2], ARGV[1])
+    return 1
+end
+return 0
+"#;
+
+/// The compiled (hashed) scripts, shared by everything that talks to one deployment.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) force_unlock: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            acquire: Script::new(ACQUIRE),
+            release: Script::new(RELEASE),
+            renew: Script::new(RENEW),
+            force_unlock: Script::new(FORCE_UNLOCK),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 4] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.force_unlock,
+        ]
+    }
+}

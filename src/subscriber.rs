@@ -1,0 +1,362 @@
+//! The pub/sub listener: one connection and one thread per manager, shared by every waiter.
+//!
+//! A thread that finds a lock taken registers on the lock's unlock channel; the first waiter
+//! of a channel asks the listener to SUBSCRIBE, the last one to leave asks it to UNSUBSCRIBE.
+//! Each channel keeps a count of permits, like Redisson's semaphore: a `0` message adds one
+//! and wakes one waiter, a `1` wakes all. A permit that arrives while its waiter is busy with
+//! an attempt is kept, so no release is missed between an attempt and the next sleep.
+//!
+//! redis-rs' sync `PubSub` borrows its connection and blocks in `get_message`, so only the
+//! listener thread may touch the connection. It reads with a short timeout to notice requests
+//! and shutdown; a waiter that needs a new subscription now publishes on the manager's private
+//! control channel, which wakes the listener at once instead of after a tick.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use redis::{Connection, RedisResult};
+
+use crate::store::LockStore;
+
+/// How long the listener blocks in one read before it looks at requests and shutdown without
+/// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
+const TICK: Duration = Duration::from_millis(500);
+/// Without traffic for this long the listener PINGs, so a silently dead connection is found.
+const PING_AFTER: Duration = Duration::from_secs(5);
+/// Reconnect delays grow from the first to the last.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+enum Request {
+    Subscribe(String, Arc<Waiters>),
+    Unsubscribe(String),
+}
+
+/// The local waiters of one channel.
+pub(crate) struct Waiters {
+    state: Mutex<WaitState>,
+    /// Signalled when a permit is added.
+    permit: Condvar,
+    /// Signalled when the subscription is confirmed.
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct WaitState {
+    waiters: usize,
+    permits: usize,
+    subscribed: bool,
+}
+
+impl Waiters {
+    fn new() -> Self {
+        Waiters {
+            state: Mutex::new(WaitState::default()),
+            permit: Condvar::new(),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn mark_subscribed(&self) {
+        self.state.lock().subscribed = true;
+        self.ready.notify_all();
+    }
+
+    /// A `0` message: one waiter may try again.
+    fn release_one(&self) {
+        let mut state = self.state.lock();
+        // Permits beyond the number of waiters would only cause useless attempts later.
+        state.permits = (state.permits + 1).min(state.waiters);
+        drop(state);
+        self.permit.notify_one();
+    }
+
+    /// A `1` message, or a reconnect after which messages may have been missed: all try again.
+    fn release_all(&self) {
+        let mut state = self.state.lock();
+        state.permits = state.waiters;
+        drop(state);
+        self.permit.notify_all();
+    }
+}
+
+struct Shared {
+    channels: Mutex<HashMap<String, Arc<Waiters>>>,
+    requests: Sender<Request>,
+    control_channel: String,
+    store: Arc<LockStore>,
+    response_timeout: Duration,
+    shutdown: Mutex<bool>,
+    shutdown_signal: Condvar,
+}
+
+impl Shared {
+    fn is_shutdown(&self) -> bool {
+        *self.shutdown.lock()
+    }
+
+    /// Sleeps for `d` unless shutdown comes first; returns whether it did.
+    fn sleep(&self, d: Duration) -> bool {
+        let mut down = self.shutdown.lock();
+        if !*down {
+            self.shutdown_signal.wait_for(&mut down, d);
+        }
+        *down
+    }
+
+    /// Wakes the listener out of its blocking read. If this fails the listener still sees the
+    /// request within one tick.
+    fn wake_listener(&self) {
+        if let Err(err) = self.store.publish(&self.control_channel, "wake") {
+            log::debug!("could not wake the pub/sub listener: {err}");
+        }
+    }
+}
+
+/// Handle to the listener thread; dropping it stops and joins the thread.
+pub(crate) struct Subscriber {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Subscriber {
+    pub(crate) fn start(
+        store: Arc<LockStore>,
+        client_id: &str,
+        response_timeout: Duration,
+    ) -> std::io::Result<Self> {
+        let (requests, inbox) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            requests,
+            control_channel: format!("redis_lock__control:{{{client_id}}}"),
+            store,
+            response_timeout,
+            shutdown: Mutex::new(false),
+            shutdown_signal: Condvar::new(),
+        });
+        let thread = std::thread::Builder::new()
+            .name("redis-lock-pubsub".into())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || listen(&shared, &inbox)
+            })?;
+        Ok(Subscriber {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Registers the calling thread as a waiter on `channel`, subscribing if it is the first,
+    /// and waits (until `deadline` or one response timeout at most) for the subscription to be
+    /// confirmed. An unconfirmed subscription still works: waits are bounded by the holder's
+    /// TTL, so a missed message costs time, never a hang.
+    pub(crate) fn subscribe(&self, channel: &str, deadline: Option<Instant>) -> Subscription {
+        let (waiters, first) = {
+            let mut channels = self.shared.channels.lock();
+            let waiters = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| Arc::new(Waiters::new()));
+            let mut state = waiters.state.lock();
+            state.waiters += 1;
+            (Arc::clone(waiters), state.waiters == 1)
+        };
+        let subscription = Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            waiters,
+        };
+        if first {
+            let request = Request::Subscribe(channel.to_owned(), Arc::clone(&subscription.waiters));
+            if self.shared.requests.send(request).is_ok() {
+                self.shared.wake_listener();
+            }
+        }
+        let mut limit = Instant::now() + self.shared.response_timeout;
+        if let Some(deadline) = deadline {
+            limit = limit.min(deadline);
+        }
+        let mut state = subscription.waiters.state.lock();
+        while !state.subscribed {
+            if subscription
+                .waiters
+                .ready
+                .wait_until(&mut state, limit)
+                .timed_out()
+            {
+                log::debug!("subscription to {channel:?} not confirmed in time; waiting by TTL");
+                break;
+            }
+        }
+        drop(state);
+        subscription
+    }
+
+    /// How many channels have local waiters (for tests and diagnostics).
+    pub(crate) fn channel_count(&self) -> usize {
+        self.shared.channels.lock().len()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        *self.shared.shutdown.lock() = true;
+        self.shared.shutdown_signal.notify_all();
+        self.shared.wake_listener();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One thread's registration as a waiter on one channel; dropping it deregisters.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    waiters: Arc<Waiters>,
+}
+
+impl Subscription {
+    /// Sleeps until a release is announced or `timeout` passes; `true` if woken by a release.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.waiters.state.lock();
+        while state.permits == 0 {
+            if self
+                .waiters
+                .permit
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        if state.permits > 0 {
+            state.permits -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels.lock();
+        let mut state = self.waiters.state.lock();
+        state.waiters -= 1;
+        state.permits = state.permits.min(state.waiters);
+        if state.waiters > 0 {
+            return;
+        }
+        drop(state);
+        channels.remove(&self.channel);
+        drop(channels);
+        // No wake-up: an extra subscription costs nothing until the listener's next tick.
+        let _ = self
+            .shared
+            .requests
+            .send(Request::Unsubscribe(self.channel.clone()));
+    }
+}
+
+/// The listener thread: connect, serve until the connection fails, reconnect with backoff.
+fn listen(shared: &Shared, inbox: &Receiver<Request>) {
+    let mut backoff = BACKOFF_FIRST;
+    while !shared.is_shutdown() {
+        let mut conn = match shared.store.connect_subscriber() {
+            Ok(conn) => conn,
+            Err(err) => {
+                log::warn!("pub/sub listener cannot connect: {err}; retrying in {backoff:?}");
+                shared.sleep(backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = BACKOFF_FIRST;
+        match serve(shared, &mut conn, inbox) {
+            Ok(()) => return,
+            Err(err) => log::warn!("pub/sub connection lost: {err}; reconnecting"),
+        }
+    }
+}
+
+/// Serves one connection until shutdown (`Ok`) or a connection error.
+fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> RedisResult<()> {
+    conn.set_read_timeout(Some(TICK))?;
+    let mut pubsub = conn.as_pubsub();
+    pubsub.subscribe(&shared.control_channel)?;
+
+    // Start from the registry, the truth about who waits; queued requests are covered by it.
+    while inbox.try_recv().is_ok() {}
+    let current: Vec<(String, Arc<Waiters>)> = shared
+        .channels
+        .lock()
+        .iter()
+        .map(|(channel, waiters)| (channel.clone(), Arc::clone(waiters)))
+        .collect();
+    if !current.is_empty() {
+        let names: Vec<&str> = current
+            .iter()
+            .map(|(channel, _)| channel.as_str())
+            .collect();
+        pubsub.subscribe(names)?;
+        for (_, waiters) in &current {
+            waiters.mark_subscribed();
+            // Releases announced while we were disconnected were missed: everyone looks again.
+            waiters.release_all();
+        }
+    }
+
+    let mut last_traffic = Instant::now();
+    loop {
+        if shared.is_shutdown() {
+            return Ok(());
+        }
+        while let Ok(request) = inbox.try_recv() {
+            match request {
+                Request::Subscribe(channel, waiters) => {
+                    pubsub.subscribe(&channel)?;
+                    waiters.mark_subscribed();
+                }
+                Request::Unsubscribe(channel) => {
+                    // A new waiter may have come back since; its own request follows.
+                    if !shared.channels.lock().contains_key(&channel) {
+                        pubsub.unsubscribe(&channel)?;
+                    }
+                }
+            }
+        }
+        match pubsub.get_message() {
+            Ok(msg) => {
+                last_traffic = Instant::now();
+                let channel = msg.get_channel_name();
+                if channel == shared.control_channel {
+                    continue;
+                }
+                let waiters = shared.channels.lock().get(channel).cloned();
+                if let Some(waiters) = waiters {
+                    match msg.get_payload_bytes() {
+                        b"0" => waiters.release_one(),
+                        b"1" => waiters.release_all(),
+                        other => log::debug!(
+                            "ignoring message {:?} on {channel:?}",
+                            String::from_utf8_lossy(other)
+                        ),
+                    }
+                }
+            }
+            Err(err) if err.is_timeout() => {
+                if last_traffic.elapsed() >= PING_AFTER {
+                    pubsub.ping::<redis::Value>()?;
+                    last_traffic = Instant::now();
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}

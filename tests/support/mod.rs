@@ -1,0 +1,237 @@
+//! Test support: throwaway `redis-server` processes on free loopback ports, and child
+//! processes of the test binary for multi-process tests.
+//!
+//! Every test starts the servers it needs and they are killed when dropped; nothing depends on
+//! a server someone else started. Benches and examples reuse this file through `#[path]`.
+#![allow(dead_code)] // each test binary uses a different part of it
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first PING.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A `redis-server` child process in its own temporary directory, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra_args: Vec<String>,
+    password: Option<String>,
+}
+
+impl RedisServer {
+    /// Starts a server with persistence off on a free loopback port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--requirepass", "s3cret"]`).
+    pub fn start_with(extra_args: &[&str]) -> Self {
+        let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let password = extra_args
+            .iter()
+            .position(|a| a == "--requirepass")
+            .map(|i| extra_args[i + 1].clone());
+        let mut last_log = String::new();
+        // A port found free can be taken by another test before the server binds it: retry.
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: tempfile::Builder::new()
+                    .prefix("redis-lock-test-")
+                    .tempdir()
+                    .expect("temp dir for redis-server"),
+                extra_args: extra_args.clone(),
+                password: password.clone(),
+            };
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(log) if log.contains("Address already in use") => last_log = log,
+                Err(log) => panic_with_log(&log),
+            }
+        }
+        panic_with_log(&last_log)
+    }
+
+    /// The URL to give a `LockManager`.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A plain redis-rs connection to the server, for looking at what the crate wrote.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("client")
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connection to the test server")
+    }
+
+    /// Kills the server (SIGKILL): every lock it held is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        if let Err(log) = self.spawn_and_wait() {
+            panic_with_log(&log);
+        }
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let log = self.dir.path().join("redis.log");
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| {
+            format!("cannot run redis-server ({e}); install it (apt-get install redis-server)")
+        })?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while started.elapsed() < START_TIMEOUT {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().ok().flatten() {
+                self.child = None;
+                return Err(format!(
+                    "redis-server exited with {status}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err(format!(
+            "redis-server did not answer within {START_TIMEOUT:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        ))
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn panic_with_log(log: &str) -> ! {
+    panic!("could not start redis-server:\n{log}")
+}
+
+/// A command that runs this test binary again as a child process executing only the ignored
+/// test `entry` (an entry point for child roles), with `env` set.
+pub fn child_process(entry: &str, env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("path of the test binary"));
+    cmd.args([
+        "--exact",
+        entry,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    cmd
+}
+
+/// Reads a child's output until a line that starts with `prefix`, returning the rest of it;
+/// panics if the child's output ends first. The test harness's own lines are skipped.
+pub fn read_line_starting(stdout: &mut BufReader<ChildStdout>, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = stdout.read_line(&mut line).expect("reading child output");
+        assert!(
+            n > 0,
+            "child output ended before a line starting with {prefix:?}"
+        );
+        if let Some(rest) = line.trim_end().strip_prefix(prefix) {
+            return rest.to_string();
+        }
+    }
+}
+
+/// The number of clients of `kind` ("normal", "pubsub") connected to the server, minus the one
+/// asking.
+pub fn client_count(conn: &mut redis::Connection, kind: &str) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg(kind)
+        .query(conn)
+        .expect("CLIENT LIST");
+    let n = list.lines().filter(|l| !l.trim().is_empty()).count();
+    if kind == "normal" {
+        n - 1
+    } else {
+        n
+    }
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held. For
+/// conditions on another process or server, where no channel can tell us when.
+pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if started.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The directory of `dir`, for tests that want to put files next to the server's.
+pub fn dir_of(server: &RedisServer) -> PathBuf {
+    server.dir.path().to_path_buf()
+}
