@@ -130,6 +130,11 @@ impl Error {
             Error::WrongType {
                 name: name.to_owned(),
             }
+        } else if matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
+            || source.kind() == redis::ErrorKind::AuthenticationFailed
+        {
+            // Credentials missing or refused: the connection is useless, not the command.
+            Error::Connect { source }
         } else {
             Error::Redis { operation, source }
         }

@@ -182,19 +182,17 @@ pub fn child_process(entry: &str, env: &[(&str, String)]) -> Command {
     cmd
 }
 
-/// Reads a child's output until a line that starts with `prefix`, returning the rest of it;
-/// panics if the child's output ends first. The test harness's own lines are skipped.
-pub fn read_line_starting(stdout: &mut BufReader<ChildStdout>, prefix: &str) -> String {
+/// Reads a child's output until a line containing `marker`, returning what follows it; panics
+/// if the child's output ends first. The marker may share a line with the test harness's own
+/// "test child_role ... " text.
+pub fn read_until_marker(stdout: &mut BufReader<ChildStdout>, marker: &str) -> String {
     let mut line = String::new();
     loop {
         line.clear();
         let n = stdout.read_line(&mut line).expect("reading child output");
-        assert!(
-            n > 0,
-            "child output ended before a line starting with {prefix:?}"
-        );
-        if let Some(rest) = line.trim_end().strip_prefix(prefix) {
-            return rest.to_string();
+        assert!(n > 0, "child output ended before {marker:?}");
+        if let Some(at) = line.find(marker) {
+            return line[at + marker.len()..].trim_end().to_string();
         }
     }
 }

@@ -1,0 +1,218 @@
+//! Bad input gets a clear error, never a panic, a hang or a silent success, and nothing
+//! already held is lost because of a bad call.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{Error, LockManager, Result};
+use support::RedisServer;
+
+#[test]
+fn empty_and_oversized_names_are_refused_by_every_operation() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let huge = "n".repeat(64 * 1024 + 1);
+    for name in ["", huge.as_str()] {
+        let lock = manager.get_lock(name);
+        let wait = Duration::from_millis(10);
+        let lease = Duration::from_secs(1);
+        let errors = [
+            lock.lock().map(drop).unwrap_err(),
+            lock.try_lock(wait).map(drop).unwrap_err(),
+            lock.lock_with_lease(lease).map(drop).unwrap_err(),
+            lock.try_lock_with_lease(wait, lease).map(drop).unwrap_err(),
+            lock.is_locked().map(drop).unwrap_err(),
+            lock.is_held_by_current_thread().map(drop).unwrap_err(),
+            lock.hold_count().map(drop).unwrap_err(),
+            lock.remaining_ttl().map(drop).unwrap_err(),
+            lock.force_unlock().map(drop).unwrap_err(),
+            manager.lock(name).map(drop).unwrap_err(),
+        ];
+        for err in errors {
+            assert!(matches!(err, Error::InvalidName { .. }), "{err}");
+            assert!(err.to_string().starts_with("invalid lock name: "), "{err}");
+        }
+    }
+    // The longest accepted name works end to end.
+    let longest = "n".repeat(64 * 1024);
+    manager.lock(&longest)?.unlock()?;
+    Ok(())
+}
+
+#[test]
+fn out_of_range_durations_are_refused_and_the_held_lock_survives() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()?;
+    let held = manager.lock("durations")?;
+    let other = std::thread::scope(|s| {
+        s.spawn(|| {
+            let lock = manager.get_lock("durations");
+            let bad_leases = [Duration::ZERO, Duration::from_micros(500), Duration::MAX];
+            for lease in bad_leases {
+                let err = lock.lock_with_lease(lease).unwrap_err();
+                assert!(err.is_invalid_argument(), "{err}");
+                assert!(err.to_string().contains("lease"), "{err}");
+                let err = lock.try_lock_with_lease(Duration::ZERO, lease).unwrap_err();
+                assert!(err.is_invalid_argument(), "{err}");
+            }
+            let err = lock.try_lock(Duration::MAX).unwrap_err();
+            assert!(err.is_invalid_argument(), "{err}");
+            assert!(err.to_string().contains("wait"), "{err}");
+            lock.try_lock(Duration::ZERO).map(|g| g.is_none())
+        })
+        .join()
+        .unwrap()
+    })?;
+    assert!(other, "a zero wait is one failed attempt, not an error");
+    // The same thread's bad calls on the lock it holds change nothing either.
+    let lock = manager.get_lock("durations");
+    assert!(lock.lock_with_lease(Duration::ZERO).is_err());
+    assert!(lock.try_lock(Duration::MAX).is_err());
+    assert_eq!(lock.hold_count()?, 1);
+    // Still renewed: it outlives two watchdog timeouts.
+    std::thread::sleep(Duration::from_millis(1_200));
+    assert!(lock.is_locked()?);
+    assert!(!held.is_renewal_lost());
+    held.unlock()?;
+    Ok(())
+}
+
+#[test]
+fn bad_settings_are_reported_by_build() {
+    let url = "redis://127.0.0.1:1/"; // never contacted: validation comes first
+    let cases = [
+        LockManager::builder(url).watchdog_timeout(Duration::ZERO),
+        LockManager::builder(url).watchdog_timeout(Duration::MAX),
+        LockManager::builder(url).pool_size(0),
+        LockManager::builder(url).connect_timeout(Duration::ZERO),
+        LockManager::builder(url).response_timeout(Duration::ZERO),
+    ];
+    for builder in cases {
+        let err = builder.build().unwrap_err();
+        assert!(err.is_invalid_argument(), "{err}");
+    }
+}
+
+#[test]
+fn unparseable_urls_are_refused_without_echoing_them() {
+    for url in ["", "not a url", "http://127.0.0.1/", "redis://:secret@[::1"] {
+        let err = LockManager::new(url).unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{url:?}: {err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+}
+
+#[test]
+fn a_wrong_password_is_a_connect_error() {
+    let server = RedisServer::start_with(&["--requirepass", "right-password"]);
+    let wrong = format!("redis://:wrong-password@127.0.0.1:{}/", server.port());
+    let err = LockManager::new(&wrong).unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(!err.to_string().contains("wrong-password"), "{err}");
+    let none = format!("redis://127.0.0.1:{}/", server.port());
+    let err = LockManager::new(&none).unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    // And the right one works.
+    let manager = LockManager::new(&server.url()).expect("right password");
+    manager.lock("authed").unwrap().unlock().unwrap();
+}
+
+#[test]
+fn redis_down_at_start_is_a_connect_error() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let started = Instant::now();
+    let err = LockManager::new(&url).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn redis_going_down_makes_lock_fail_instead_of_hang() {
+    let mut server = RedisServer::start();
+    let manager = LockManager::builder(&server.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let guard = manager.lock("going-down").unwrap();
+    server.kill();
+    let started = Instant::now();
+    let err = manager.lock("other").unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    let err = manager
+        .try_lock("other", Duration::from_secs(1))
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert!(guard.unlock().unwrap_err().is_connection_error());
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_stalled_server_times_out_instead_of_hanging() {
+    let server = RedisServer::start();
+    let manager = LockManager::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let pid = server_pid(&server);
+    let _ = Command::new("kill").args(["-STOP", &pid]).status();
+    let started = Instant::now();
+    let result = manager.try_lock("stalled", Duration::from_millis(200));
+    let took = started.elapsed();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    let err = result.unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // Once the server is back, the manager works again (the timed-out connection was dropped).
+    manager.lock("stalled").unwrap().unlock().unwrap();
+}
+
+#[test]
+fn a_key_that_is_not_a_lock_is_reported_and_left_alone() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let _: () = conn.set("user-data", "precious").unwrap();
+    let lock = manager.get_lock("user-data");
+
+    let errors = [
+        lock.lock().map(drop).unwrap_err(),
+        lock.try_lock(Duration::from_millis(50))
+            .map(drop)
+            .unwrap_err(),
+        lock.lock_with_lease(Duration::from_secs(1))
+            .map(drop)
+            .unwrap_err(),
+        lock.is_locked().map(drop).unwrap_err(),
+        lock.hold_count().map(drop).unwrap_err(),
+        lock.is_held_by_current_thread().map(drop).unwrap_err(),
+        lock.remaining_ttl().map(drop).unwrap_err(),
+        lock.force_unlock().map(drop).unwrap_err(),
+    ];
+    for err in errors {
+        assert!(err.is_wrong_type(), "{err}");
+        assert!(err.to_string().contains("not a lock"), "{err}");
+    }
+    let value: String = conn.get("user-data").unwrap();
+    assert_eq!(value, "precious");
+    let ttl: i64 = conn.pttl("user-data").unwrap();
+    assert_eq!(ttl, -1, "no expiry was added");
+    Ok(())
+}
+
+fn server_pid(server: &RedisServer) -> String {
+    let mut conn = server.conn();
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("process_id in INFO")
+        .trim()
+        .to_string()
+}
