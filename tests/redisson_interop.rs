@@ -1,0 +1,158 @@
+//! Interoperability with Redisson: the other party here is a stand-in that follows Redisson's
+//! documented wire behaviour (PROTOCOL.md) with plain Redis commands, the way a Java service's
+//! `RLock` would act on the same server.
+
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{LockManager, Result};
+use support::RedisServer;
+
+/// What a Redisson client does to one lock, in raw commands.
+struct JavaClient {
+    conn: redis::Connection,
+    owner: String,
+}
+
+impl JavaClient {
+    fn new(server: &RedisServer, thread_id: u64) -> Self {
+        JavaClient {
+            conn: server.conn(),
+            owner: format!("{}:{thread_id}", "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f"),
+        }
+    }
+
+    /// `tryLock()` with the default 30 s watchdog lease: `true` if acquired.
+    fn try_lock(&mut self, name: &str) -> bool {
+        let exists: bool = self.conn.exists(name).unwrap();
+        let mine: bool = self.conn.hexists(name, &self.owner).unwrap();
+        if exists && !mine {
+            return false;
+        }
+        let _: () = redis::pipe()
+            .atomic()
+            .hincr(name, &self.owner, 1)
+            .ignore()
+            .pexpire(name, 30_000)
+            .ignore()
+            .query(&mut self.conn)
+            .unwrap();
+        true
+    }
+
+    /// `unlock()` of the last hold: delete and announce `0` on the unlock channel.
+    fn unlock(&mut self, name: &str) {
+        let _: () = redis::pipe()
+            .atomic()
+            .del(name)
+            .ignore()
+            .publish(format!("redisson_lock__channel:{{{name}}}"), 0)
+            .ignore()
+            .query(&mut self.conn)
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_rust_waiter_is_woken_by_a_java_release() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut java = JavaClient::new(&server, 1);
+    assert!(java.try_lock("shared:order"));
+
+    let lock = manager.get_lock("shared:order");
+    assert!(lock.is_locked()?, "Rust sees Java's lock");
+    assert_eq!(lock.hold_count()?, 0, "but not as its own");
+    assert!(lock.try_lock(Duration::ZERO)?.is_none());
+
+    let (tx, rx) = mpsc::channel();
+    let waiting = manager.clone();
+    let handle = thread::spawn(move || -> Result<()> {
+        let guard = waiting.lock("shared:order")?;
+        tx.send(Instant::now()).unwrap();
+        guard.unlock()
+    });
+    let mut conn = server.conn();
+    assert!(support::eventually(Duration::from_secs(10), || {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{shared:order}")
+            .query(&mut conn)
+            .unwrap();
+        n == 1
+    }));
+    java.unlock("shared:order");
+    let released = Instant::now();
+    let acquired = rx.recv_timeout(Duration::from_secs(20)).expect("woken");
+    handle.join().unwrap()?;
+    assert!(
+        acquired.saturating_duration_since(released) < Duration::from_secs(3),
+        "woken by Java's message, not by the 30 s TTL"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_java_waiter_sees_the_rust_lock_and_its_release_message() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut java = JavaClient::new(&server, 7);
+    let mut java_listener = server.conn();
+    let mut pubsub = java_listener.as_pubsub();
+    pubsub
+        .subscribe("redisson_lock__channel:{shared:stock}")
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+
+    let guard = manager.lock("shared:stock")?;
+    assert!(!java.try_lock("shared:stock"), "Java must wait for Rust's lock");
+    let pttl: i64 = java.conn.pttl("shared:stock").unwrap();
+    assert!(pttl > 0, "Java's tryLock gets a TTL to wait on: {pttl}");
+    guard.unlock()?;
+
+    let msg = pubsub.get_message().expect("Java is told of the release");
+    let payload: String = msg.get_payload().unwrap();
+    assert_eq!(payload.parse::<i64>().unwrap(), 0, "Java parses a number");
+    assert!(java.try_lock("shared:stock"), "and then acquires");
+    java.unlock("shared:stock");
+    Ok(())
+}
+
+#[test]
+fn reentrant_java_holds_and_force_unlock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut java = JavaClient::new(&server, 3);
+    assert!(java.try_lock("shared:report"));
+    assert!(java.try_lock("shared:report"), "Java re-enters");
+    let count: i64 = java.conn.hget("shared:report", &java.owner).unwrap();
+    assert_eq!(count, 2);
+
+    let lock = manager.get_lock("shared:report");
+    assert!(lock.remaining_ttl()?.unwrap() > Duration::from_secs(20));
+    assert!(lock.force_unlock()?, "an admin in Rust can force Java's lock open");
+    assert!(!lock.is_locked()?);
+    Ok(())
+}
+
+#[test]
+fn braces_in_the_name_follow_redissons_channel_rule() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut listener = server.conn();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe("redisson_lock__channel:{tenant}:job").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    manager.lock("{tenant}:job")?.unlock()?;
+    let msg = pubsub.get_message().expect("published without extra braces");
+    assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{tenant}:job");
+    Ok(())
+}
