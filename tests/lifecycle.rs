@@ -38,10 +38,21 @@ fn managers_clean_up_threads_and_connections() -> Result<()> {
         .collect::<Result<_>>()?;
     assert_eq!(manager.renewing_count(), 200);
     let names = thread_names();
-    assert_eq!(names.iter().filter(|n| *n == "redis-lock-watc").count(), 1, "{names:?}");
-    assert_eq!(names.iter().filter(|n| *n == "redis-lock-pubs").count(), 1, "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| *n == "redis-lock-watc").count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| *n == "redis-lock-pubs").count(),
+        1,
+        "{names:?}"
+    );
     assert_eq!(thread_count(), threads_before + 2);
-    assert!(support::client_count(&mut conn, "normal") <= 2, "pool size respected");
+    assert!(
+        support::client_count(&mut conn, "normal") <= 2,
+        "pool size respected"
+    );
     drop(guards);
     drop(manager);
     assert_eq!(thread_count(), threads_before, "threads joined on drop");
@@ -51,9 +62,12 @@ fn managers_clean_up_threads_and_connections() -> Result<()> {
         let manager = LockManager::new(&server.url())?;
         let clone = manager.clone();
         let guard = clone.lock(&format!("round:{round}"))?;
-        assert!(manager
-            .try_lock(&format!("round:{round}"), Duration::ZERO)?
-            .is_some(), "re-entry from the same thread");
+        assert!(
+            manager
+                .try_lock(&format!("round:{round}"), Duration::ZERO)?
+                .is_some(),
+            "re-entry from the same thread"
+        );
         drop(manager);
         drop(clone);
         // The guard keeps the manager alive; dropping it releases and shuts everything down.
@@ -64,6 +78,9 @@ fn managers_clean_up_threads_and_connections() -> Result<()> {
         support::client_count(&mut conn, "normal") == 0
             && support::client_count(&mut conn, "pubsub") == 0
     });
-    assert!(leftover, "every connection is closed once its manager is gone");
+    assert!(
+        leftover,
+        "every connection is closed once its manager is gone"
+    );
     Ok(())
 }

@@ -111,7 +111,10 @@ fn a_java_waiter_sees_the_rust_lock_and_its_release_message() -> Result<()> {
         .unwrap();
 
     let guard = manager.lock("shared:stock")?;
-    assert!(!java.try_lock("shared:stock"), "Java must wait for Rust's lock");
+    assert!(
+        !java.try_lock("shared:stock"),
+        "Java must wait for Rust's lock"
+    );
     let pttl: i64 = java.conn.pttl("shared:stock").unwrap();
     assert!(pttl > 0, "Java's tryLock gets a TTL to wait on: {pttl}");
     guard.unlock()?;
@@ -136,7 +139,10 @@ fn reentrant_java_holds_and_force_unlock() -> Result<()> {
 
     let lock = manager.get_lock("shared:report");
     assert!(lock.remaining_ttl()?.unwrap() > Duration::from_secs(20));
-    assert!(lock.force_unlock()?, "an admin in Rust can force Java's lock open");
+    assert!(
+        lock.force_unlock()?,
+        "an admin in Rust can force Java's lock open"
+    );
     assert!(!lock.is_locked()?);
     Ok(())
 }
@@ -147,12 +153,19 @@ fn braces_in_the_name_follow_redissons_channel_rule() -> Result<()> {
     let manager = LockManager::new(&server.url())?;
     let mut listener = server.conn();
     let mut pubsub = listener.as_pubsub();
-    pubsub.subscribe("redisson_lock__channel:{tenant}:job").unwrap();
+    pubsub
+        .subscribe("redisson_lock__channel:{tenant}:job")
+        .unwrap();
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     manager.lock("{tenant}:job")?.unlock()?;
-    let msg = pubsub.get_message().expect("published without extra braces");
-    assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{tenant}:job");
+    let msg = pubsub
+        .get_message()
+        .expect("published without extra braces");
+    assert_eq!(
+        msg.get_channel_name(),
+        "redisson_lock__channel:{tenant}:job"
+    );
     Ok(())
 }

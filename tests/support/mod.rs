@@ -233,3 +233,33 @@ pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 pub fn dir_of(server: &RedisServer) -> PathBuf {
     server.dir.path().to_path_buf()
 }
+
+/// For examples: the server at `REDIS_URL` (default `redis://127.0.0.1:6379/`) if one answers
+/// there, otherwise a throwaway `redis-server` started here, which the caller keeps alive.
+pub fn url_from_env_or_start() -> (String, Option<RedisServer>) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let answers = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+        .is_ok();
+    if answers {
+        return (url, None);
+    }
+    let server = RedisServer::start();
+    eprintln!(
+        "nothing answered at {}; started a throwaway redis-server at {}",
+        redact(&url),
+        server.url()
+    );
+    (server.url(), Some(server))
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
