@@ -77,7 +77,7 @@ impl Config {
 ///     .build()?;
 /// # Ok::<(), redis_lock::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LockManagerBuilder {
     url: String,
@@ -170,6 +170,28 @@ impl LockManagerBuilder {
     }
 }
 
+impl std::fmt::Debug for LockManagerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManagerBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+/// The URL with any credentials replaced by `***`, for `Debug` and messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +206,15 @@ mod tests {
             to_millis("lease", Duration::from_millis(MAX_MILLIS)).unwrap(),
             MAX_MILLIS
         );
+    }
+
+    #[test]
+    fn debug_output_hides_credentials() {
+        let builder = LockManagerBuilder::new("redis://user:hunter2@127.0.0.1:6379/0");
+        let text = format!("{builder:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("user"), "{text}");
+        assert!(text.contains("redis://***@127.0.0.1:6379/0"), "{text}");
     }
 
     #[test]
