@@ -78,12 +78,7 @@ fn a_rust_waiter_is_woken_by_a_java_release() -> Result<()> {
     });
     let mut conn = server.conn();
     assert!(support::eventually(Duration::from_secs(10), || {
-        let (_, n): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{shared:order}")
-            .query(&mut conn)
-            .unwrap();
-        n == 1
+        support::numsub(&mut conn, "redisson_lock__channel:{shared:order}") == 1
     }));
     java.unlock("shared:order");
     let released = Instant::now();

@@ -12,15 +12,6 @@ use redis::Commands;
 use redis_lock::{LockManager, Result};
 use support::RedisServer;
 
-fn numsub(conn: &mut redis::Connection, channel: &str) -> i64 {
-    let reply: (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(conn)
-        .unwrap();
-    reply.1
-}
-
 #[test]
 fn a_blocked_waiter_is_woken_by_the_release_not_by_the_ttl() -> Result<()> {
     let server = RedisServer::start();
@@ -38,7 +29,7 @@ fn a_blocked_waiter_is_woken_by_the_release_not_by_the_ttl() -> Result<()> {
     });
     // The waiter is blocked once its subscription is live on the server.
     assert!(support::eventually(Duration::from_secs(10), || {
-        numsub(&mut conn, "redisson_lock__channel:{handoff}") == 1
+        support::numsub(&mut conn, "redisson_lock__channel:{handoff}") == 1
     }));
     assert!(
         acquired_rx.try_recv().is_err(),
@@ -180,7 +171,7 @@ fn many_waiters_on_many_locks_share_one_subscriber_connection() -> Result<()> {
     let all_subscribed = support::eventually(Duration::from_secs(20), || {
         names
             .iter()
-            .all(|n| numsub(&mut conn, &format!("redisson_lock__channel:{{{n}}}")) == 1)
+            .all(|n| support::numsub(&mut conn, &format!("redisson_lock__channel:{{{n}}}")) == 1)
     });
     assert!(all_subscribed, "every channel has exactly one subscriber");
     assert_eq!(waiter.waiting_channel_count(), LOCKS);
@@ -202,7 +193,7 @@ fn many_waiters_on_many_locks_share_one_subscriber_connection() -> Result<()> {
     let all_unsubscribed = support::eventually(Duration::from_secs(10), || {
         names
             .iter()
-            .all(|n| numsub(&mut conn, &format!("redisson_lock__channel:{{{n}}}")) == 0)
+            .all(|n| support::numsub(&mut conn, &format!("redisson_lock__channel:{{{n}}}")) == 0)
     });
     assert!(
         all_unsubscribed,

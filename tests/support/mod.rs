@@ -214,6 +214,16 @@ pub fn client_count(conn: &mut redis::Connection, kind: &str) -> usize {
     }
 }
 
+/// How many clients are subscribed to `channel` (`PUBSUB NUMSUB`).
+pub fn numsub(conn: &mut redis::Connection, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(conn)
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
 /// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held. For
 /// conditions on another process or server, where no channel can tell us when.
 pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
