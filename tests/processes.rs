@@ -27,7 +27,7 @@ fn child_role() {
     match role.as_str() {
         "hold-forever" => {
             let manager = LockManager::builder(&url)
-                .watchdog_timeout(Duration::from_millis(600))
+                .watchdog_timeout(Duration::from_secs(1))
                 .build()
                 .unwrap();
             let _guard = manager.lock("killed-holder").unwrap();
@@ -148,10 +148,10 @@ fn a_killed_holders_lock_expires_after_the_watchdog_timeout() -> Result<()> {
     let mut out = BufReader::new(child.0.stdout.take().unwrap());
     read_until_marker(&mut out, "LOCKED");
 
-    // While the holder lives, its watchdog (600 ms timeout) keeps the lock past many timeouts.
+    // While the holder lives, its watchdog (1 s timeout) keeps the lock past two timeouts.
     let manager = LockManager::new(&server.url())?;
     assert!(manager
-        .try_lock("killed-holder", Duration::from_millis(2_000))?
+        .try_lock("killed-holder", Duration::from_millis(2_500))?
         .is_none());
 
     child.0.kill().unwrap();

@@ -1,0 +1,95 @@
+//! The pub/sub listener survives a dropped connection, and waiters survive a server restart.
+
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_lock::{LockManager, Result};
+use support::RedisServer;
+
+const CHANNEL: &str = "redisson_lock__channel:{reconnect}";
+
+#[test]
+fn waiters_still_wake_after_the_subscriber_connection_is_killed() -> Result<()> {
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?; // 30 s lease
+    let waiter = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let guard = holder.lock("reconnect")?;
+
+    let (tx, rx) = mpsc::channel();
+    let waiting = waiter.clone();
+    let handle = thread::spawn(move || -> Result<()> {
+        let guard = waiting.lock("reconnect")?;
+        tx.send(Instant::now()).unwrap();
+        guard.unlock()
+    });
+    assert!(support::eventually(Duration::from_secs(10), || {
+        support::numsub(&mut conn, CHANNEL) == 1
+    }));
+    // Cut every pub/sub connection (both managers' listeners); they must come back.
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            support::numsub(&mut conn, CHANNEL) == 1
+        }),
+        "the waiter's channel is subscribed again after the reconnect"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "still waiting: the holder has the lock"
+    );
+
+    guard.unlock()?;
+    let released = Instant::now();
+    let acquired = rx.recv_timeout(Duration::from_secs(20)).expect("woken");
+    handle.join().unwrap()?;
+    let handoff = acquired.saturating_duration_since(released);
+    assert!(
+        handoff < Duration::from_secs(3),
+        "took {handoff:?}: not woken by pub/sub"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_waiter_acquires_after_the_server_restarts_empty() -> Result<()> {
+    let mut server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?; // 30 s lease
+    let waiter = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let _guard = holder.lock("reconnect")?;
+
+    let (tx, rx) = mpsc::channel();
+    let waiting = waiter.clone();
+    let handle = thread::spawn(move || -> Result<()> {
+        let guard = waiting.try_lock("reconnect", Duration::from_secs(60))?;
+        let guard = guard.expect("acquired well within the wait");
+        tx.send(Instant::now()).unwrap();
+        guard.unlock()
+    });
+    assert!(support::eventually(Duration::from_secs(10), || {
+        support::numsub(&mut conn, CHANNEL) == 1
+    }));
+    drop(conn);
+
+    // Every lock is gone with the restart; the waiter's listener reconnects, resubscribes and
+    // tells the waiter to look again, long before the old holder's 30 s lease would have run out.
+    server.restart();
+    let restarted = Instant::now();
+    let acquired = rx.recv_timeout(Duration::from_secs(20)).expect("acquired");
+    handle.join().unwrap()?;
+    let took = acquired.saturating_duration_since(restarted);
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} after the restart"
+    );
+    Ok(())
+}
