@@ -2,8 +2,6 @@
 
 mod support;
 
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_lock::{LockManager, Result};
@@ -19,16 +17,8 @@ fn waiters_still_wake_after_the_subscriber_connection_is_killed() -> Result<()> 
     let mut conn = server.conn();
     let guard = holder.lock("reconnect")?;
 
-    let (tx, rx) = mpsc::channel();
-    let waiting = waiter.clone();
-    let handle = thread::spawn(move || -> Result<()> {
-        let guard = waiting.lock("reconnect")?;
-        tx.send(Instant::now()).unwrap();
-        guard.unlock()
-    });
-    assert!(support::eventually(Duration::from_secs(10), || {
-        support::numsub(&mut conn, CHANNEL) == 1
-    }));
+    let (handle, rx) = support::spawn_waiter(&waiter, "reconnect");
+    assert!(support::await_subscribers(&mut conn, CHANNEL, 1));
     // Cut every pub/sub connection (both managers' listeners); they must come back.
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -37,9 +27,7 @@ fn waiters_still_wake_after_the_subscriber_connection_is_killed() -> Result<()> 
         .query(&mut conn)
         .unwrap();
     assert!(
-        support::eventually(Duration::from_secs(10), || {
-            support::numsub(&mut conn, CHANNEL) == 1
-        }),
+        support::await_subscribers(&mut conn, CHANNEL, 1),
         "the waiter's channel is subscribed again after the reconnect"
     );
     assert!(
@@ -67,17 +55,8 @@ fn a_waiter_acquires_after_the_server_restarts_empty() -> Result<()> {
     let mut conn = server.conn();
     let _guard = holder.lock("reconnect")?;
 
-    let (tx, rx) = mpsc::channel();
-    let waiting = waiter.clone();
-    let handle = thread::spawn(move || -> Result<()> {
-        let guard = waiting.try_lock("reconnect", Duration::from_secs(60))?;
-        let guard = guard.expect("acquired well within the wait");
-        tx.send(Instant::now()).unwrap();
-        guard.unlock()
-    });
-    assert!(support::eventually(Duration::from_secs(10), || {
-        support::numsub(&mut conn, CHANNEL) == 1
-    }));
+    let (handle, rx) = support::spawn_waiter(&waiter, "reconnect");
+    assert!(support::await_subscribers(&mut conn, CHANNEL, 1));
     drop(conn);
 
     // Every lock is gone with the restart; the waiter's listener reconnects, resubscribes and

@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
@@ -69,17 +67,13 @@ fn a_rust_waiter_is_woken_by_a_java_release() -> Result<()> {
     assert_eq!(lock.hold_count()?, 0, "but not as its own");
     assert!(lock.try_lock(Duration::ZERO)?.is_none());
 
-    let (tx, rx) = mpsc::channel();
-    let waiting = manager.clone();
-    let handle = thread::spawn(move || -> Result<()> {
-        let guard = waiting.lock("shared:order")?;
-        tx.send(Instant::now()).unwrap();
-        guard.unlock()
-    });
+    let (handle, rx) = support::spawn_waiter(&manager, "shared:order");
     let mut conn = server.conn();
-    assert!(support::eventually(Duration::from_secs(10), || {
-        support::numsub(&mut conn, "redisson_lock__channel:{shared:order}") == 1
-    }));
+    assert!(support::await_subscribers(
+        &mut conn,
+        "redisson_lock__channel:{shared:order}",
+        1
+    ));
     java.unlock("shared:order");
     let released = Instant::now();
     let acquired = rx.recv_timeout(Duration::from_secs(20)).expect("woken");

@@ -20,17 +20,13 @@ fn a_blocked_waiter_is_woken_by_the_release_not_by_the_ttl() -> Result<()> {
     let mut conn = server.conn();
 
     let guard = holder.lock("handoff")?;
-    let (acquired_tx, acquired_rx) = mpsc::channel();
-    let waiting = waiter.clone();
-    let handle = thread::spawn(move || -> Result<()> {
-        let guard = waiting.lock("handoff")?;
-        acquired_tx.send(Instant::now()).unwrap();
-        guard.unlock()
-    });
+    let (handle, acquired_rx) = support::spawn_waiter(&waiter, "handoff");
     // The waiter is blocked once its subscription is live on the server.
-    assert!(support::eventually(Duration::from_secs(10), || {
-        support::numsub(&mut conn, "redisson_lock__channel:{handoff}") == 1
-    }));
+    assert!(support::await_subscribers(
+        &mut conn,
+        "redisson_lock__channel:{handoff}",
+        1
+    ));
     assert!(
         acquired_rx.try_recv().is_err(),
         "the waiter must still be waiting"

@@ -273,3 +273,29 @@ fn redact(url: &str) -> String {
         _ => url.to_string(),
     }
 }
+
+/// Starts a thread that blocks in `manager.lock(name)`, sends the instant it acquired the lock,
+/// and unlocks. The receiver tells the test when (and whether) the waiter got through.
+pub fn spawn_waiter(
+    manager: &redis_lock::LockManager,
+    name: &str,
+) -> (
+    std::thread::JoinHandle<redis_lock::Result<()>>,
+    std::sync::mpsc::Receiver<Instant>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let manager = manager.clone();
+    let name = name.to_owned();
+    let handle = std::thread::spawn(move || {
+        let guard = manager.lock(&name)?;
+        let _ = tx.send(Instant::now());
+        guard.unlock()
+    });
+    (handle, rx)
+}
+
+/// Waits (up to 10 s) until `channel` has exactly `n` subscribers on the server; returns
+/// whether it did. A waiter is known to be blocked once its subscription is live.
+pub fn await_subscribers(conn: &mut redis::Connection, channel: &str, n: i64) -> bool {
+    eventually(Duration::from_secs(10), || numsub(conn, channel) == n)
+}
