@@ -117,3 +117,12 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
+
+// The handles are made to be shared and moved between threads: keep it that way at compile time.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<LockManager>();
+    assert_send_sync::<Lock>();
+    assert_send_sync::<LockGuard>();
+    assert_send_sync::<Error>();
+};
