@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, RedisResult};
+use redis::{Connection, PubSub, RedisResult};
 
 use crate::store::LockStore;
 
@@ -299,17 +299,10 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
         .iter()
         .map(|(channel, waiters)| (channel.clone(), Arc::clone(waiters)))
         .collect();
-    if !current.is_empty() {
-        let names: Vec<&str> = current
-            .iter()
-            .map(|(channel, _)| channel.as_str())
-            .collect();
-        pubsub.subscribe(names)?;
-        for (_, waiters) in &current {
-            waiters.mark_subscribed();
-            // Releases announced while we were disconnected were missed: everyone looks again.
-            waiters.release_all();
-        }
+    for (channel, waiters) in &current {
+        subscribe_one(&mut pubsub, channel, waiters)?;
+        // Releases announced while we were disconnected were missed: everyone looks again.
+        waiters.release_all();
     }
 
     let mut last_traffic = Instant::now();
@@ -320,8 +313,7 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
         while let Ok(request) = inbox.try_recv() {
             match request {
                 Request::Subscribe(channel, waiters) => {
-                    pubsub.subscribe(&channel)?;
-                    waiters.mark_subscribed();
+                    subscribe_one(&mut pubsub, &channel, &waiters)?;
                 }
                 Request::Unsubscribe(channel) => {
                     // A new waiter may have come back since; its own request follows.
@@ -359,4 +351,15 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
             Err(err) => return Err(err),
         }
     }
+}
+
+/// Subscribes to one channel and tells its waiters the subscription is live.
+///
+/// One channel per command on purpose: redis-rs' `PubSub::subscribe` reads a single reply, so
+/// with several channels the remaining confirmations would be read as the replies to later
+/// commands, and a later subscription would be reported live before the server made it.
+fn subscribe_one(pubsub: &mut PubSub<'_>, channel: &str, waiters: &Waiters) -> RedisResult<()> {
+    pubsub.subscribe(channel)?;
+    waiters.mark_subscribed();
+    Ok(())
 }
