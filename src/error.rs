@@ -126,11 +126,12 @@ impl Error {
         name: &str,
         source: redis::RedisError,
     ) -> Self {
-        if source.code() == Some("WRONGTYPE") {
+        let code = server_code(&source);
+        if code.as_deref() == Some("WRONGTYPE") {
             Error::WrongType {
                 name: name.to_owned(),
             }
-        } else if matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
+        } else if matches!(code.as_deref(), Some("NOAUTH" | "WRONGPASS"))
             || source.kind() == redis::ErrorKind::AuthenticationFailed
         {
             // Credentials missing or refused: the connection is useless, not the command.
@@ -179,6 +180,16 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
+}
+
+/// The server's error code (`WRONGTYPE`, `NOAUTH`, ...), also when the error came from a
+/// pipeline, where redis-rs keeps the codes per command and reports none for the whole.
+fn server_code(err: &redis::RedisError) -> Option<String> {
+    if let Some(code) = err.code() {
+        return Some(code.to_owned());
+    }
+    let errors = err.clone().into_server_errors()?;
+    errors.first().map(|(_, e)| e.code().to_owned())
 }
 
 /// Quotes a lock name for a message, cutting very long names so an error stays readable.

@@ -90,12 +90,13 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 4] {
-        [
-            &self.acquire,
-            &self.release,
-            &self.renew,
-            &self.force_unlock,
-        ]
+    /// One pipeline that loads every script: one round trip when a manager starts, so the
+    /// first EVALSHA of each script does not meet NOSCRIPT.
+    pub(crate) fn load_all() -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for source in [ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK] {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+        }
+        pipe
     }
 }

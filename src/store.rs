@@ -77,11 +77,9 @@ impl LockStore {
             latch_ttl_ms: config.latch_ttl_ms(),
             response_timeout: config.response_timeout,
         };
+        let load = Scripts::load_all();
         store.run("loading the lock scripts", "", |conn| {
-            for script in store.scripts.all() {
-                script.prepare_invoke().load(conn)?;
-            }
-            Ok(())
+            load.query::<()>(conn)
         })?;
         Ok(store)
     }
@@ -158,7 +156,7 @@ impl LockStore {
         }
         let replies: Vec<Vec<i64>> = self.run("renew", "", |conn| match pipe.query(conn) {
             Err(err) if is_noscript(&err) => {
-                self.scripts.renew.prepare_invoke().load(conn)?;
+                self.scripts.renew.load(conn)?;
                 pipe.query(conn)
             }
             other => other,
