@@ -52,13 +52,7 @@ fn release_publishes_zero_on_the_unlock_channel() -> Result<()> {
     let server = RedisServer::start();
     let manager = manager(&server);
     let mut listener = server.conn();
-    let mut pubsub = listener.as_pubsub();
-    pubsub
-        .subscribe("redisson_lock__channel:{orders:42}")
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let mut pubsub = support::watch_channel(&mut listener, "redisson_lock__channel:{orders:42}");
 
     manager.lock("orders:42")?.unlock()?;
     let msg = pubsub.get_message().expect("an unlock message");

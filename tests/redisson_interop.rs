@@ -67,7 +67,7 @@ fn a_rust_waiter_is_woken_by_a_java_release() -> Result<()> {
     assert_eq!(lock.hold_count()?, 0, "but not as its own");
     assert!(lock.try_lock(Duration::ZERO)?.is_none());
 
-    let (handle, rx) = support::spawn_waiter(&manager, "shared:order");
+    let waiting = support::Waiter::spawn(&manager, "shared:order");
     let mut conn = server.conn();
     assert!(support::await_subscribers(
         &mut conn,
@@ -75,12 +75,10 @@ fn a_rust_waiter_is_woken_by_a_java_release() -> Result<()> {
         1
     ));
     java.unlock("shared:order");
-    let released = Instant::now();
-    let acquired = rx.recv_timeout(Duration::from_secs(20)).expect("woken");
-    handle.join().unwrap()?;
+    let handoff = waiting.acquired_since(Instant::now());
     assert!(
-        acquired.saturating_duration_since(released) < Duration::from_secs(3),
-        "woken by Java's message, not by the 30 s TTL"
+        handoff < Duration::from_secs(3),
+        "woken by Java's message, not by the 30 s TTL: {handoff:?}"
     );
     Ok(())
 }
@@ -91,13 +89,8 @@ fn a_java_waiter_sees_the_rust_lock_and_its_release_message() -> Result<()> {
     let manager = LockManager::new(&server.url())?;
     let mut java = JavaClient::new(&server, 7);
     let mut java_listener = server.conn();
-    let mut pubsub = java_listener.as_pubsub();
-    pubsub
-        .subscribe("redisson_lock__channel:{shared:stock}")
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let mut pubsub =
+        support::watch_channel(&mut java_listener, "redisson_lock__channel:{shared:stock}");
 
     let guard = manager.lock("shared:stock")?;
     assert!(
@@ -141,13 +134,7 @@ fn braces_in_the_name_follow_redissons_channel_rule() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
     let mut listener = server.conn();
-    let mut pubsub = listener.as_pubsub();
-    pubsub
-        .subscribe("redisson_lock__channel:{tenant}:job")
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let mut pubsub = support::watch_channel(&mut listener, "redisson_lock__channel:{tenant}:job");
     manager.lock("{tenant}:job")?.unlock()?;
     let msg = pubsub
         .get_message()

@@ -274,24 +274,57 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// Starts a thread that blocks in `manager.lock(name)`, sends the instant it acquired the lock,
-/// and unlocks. The receiver tells the test when (and whether) the waiter got through.
-pub fn spawn_waiter(
-    manager: &redis_lock::LockManager,
-    name: &str,
-) -> (
-    std::thread::JoinHandle<redis_lock::Result<()>>,
-    std::sync::mpsc::Receiver<Instant>,
-) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let manager = manager.clone();
-    let name = name.to_owned();
-    let handle = std::thread::spawn(move || {
-        let guard = manager.lock(&name)?;
-        let _ = tx.send(Instant::now());
-        guard.unlock()
-    });
-    (handle, rx)
+/// A thread blocked in `manager.lock(name)` that records when it got the lock, then unlocks.
+pub struct Waiter {
+    handle: std::thread::JoinHandle<redis_lock::Result<()>>,
+    acquired: std::sync::mpsc::Receiver<Instant>,
+}
+
+impl Waiter {
+    pub fn spawn(manager: &redis_lock::LockManager, name: &str) -> Self {
+        let (tx, acquired) = std::sync::mpsc::channel();
+        let manager = manager.clone();
+        let name = name.to_owned();
+        let handle = std::thread::spawn(move || {
+            let guard = manager.lock(&name)?;
+            let _ = tx.send(Instant::now());
+            guard.unlock()
+        });
+        Waiter { handle, acquired }
+    }
+
+    /// Whether the waiter has not got the lock yet. Only meaningful before `acquired_since`.
+    pub fn is_waiting(&self) -> bool {
+        matches!(
+            self.acquired.try_recv(),
+            Err(std::sync::mpsc::TryRecvError::Empty)
+        )
+    }
+
+    /// Waits (up to 20 s) for the waiter to get the lock and finish; returns how long after
+    /// `since` it got the lock. Panics if it never does or its lock/unlock failed.
+    pub fn acquired_since(self, since: Instant) -> Duration {
+        let at = self
+            .acquired
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the waiter acquires the lock");
+        self.handle
+            .join()
+            .expect("waiter thread")
+            .expect("the waiter's lock and unlock");
+        at.saturating_duration_since(since)
+    }
+}
+
+/// Subscribes `conn` to `channel` with a 5 s read timeout: a bystander watching what is
+/// published there.
+pub fn watch_channel<'a>(conn: &'a mut redis::Connection, channel: &str) -> redis::PubSub<'a> {
+    let mut pubsub = conn.as_pubsub();
+    pubsub.subscribe(channel).expect("SUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    pubsub
 }
 
 /// Waits (up to 10 s) until `channel` has exactly `n` subscribers on the server; returns
