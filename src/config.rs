@@ -10,6 +10,15 @@ use crate::manager::LockManager;
 /// staying below both keeps every duration exact on the wire.
 pub(crate) const MAX_MILLIS: u64 = 1 << 52;
 
+/// Default lease of watchdog-renewed locks (Redisson's `lockWatchdogTimeout`).
+pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default most connections in the command pool.
+pub(crate) const DEFAULT_POOL_SIZE: usize = 8;
+/// Default time to open one connection.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time Redis may take to answer one command.
+pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Converts a duration to whole milliseconds for Redis, refusing zero, sub-millisecond and
 /// out-of-range values with an error that names the argument.
 pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
@@ -91,10 +100,10 @@ impl LockManagerBuilder {
     pub(crate) fn new(url: &str) -> Self {
         LockManagerBuilder {
             url: url.to_owned(),
-            watchdog_timeout: Duration::from_secs(30),
-            pool_size: 8,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(3),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         }
     }
 

@@ -1,0 +1,269 @@
+/*
+ * A tour of the whole C API: every function, and every result code that a working library
+ * can return (REDIS_LOCK_PANIC and REDIS_LOCK_SYSTEM_ERROR need a bug or an exhausted
+ * machine; their mapping is tested in Rust). Exits non-zero at the first surprise.
+ *
+ *   usage: api_tour HOST PORT
+ */
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis_lock.h"
+
+static int checks = 0;
+
+#define EXPECT(call, expected)                                                           \
+    do {                                                                                 \
+        redis_lock_result got_ = (call);                                                 \
+        if (got_ != (expected)) {                                                        \
+            fprintf(stderr, "%s:%d: %s gave %d (%s), expected %d; last error: %s\n",     \
+                    __FILE__, __LINE__, #call, (int)got_, redis_lock_result_str(got_),   \
+                    (int)(expected), redis_lock_last_error());                           \
+            exit(1);                                                                     \
+        }                                                                                \
+        checks++;                                                                        \
+    } while (0)
+
+#define CHECK(condition)                                                                 \
+    do {                                                                                 \
+        if (!(condition)) {                                                              \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
+            exit(1);                                                                     \
+        }                                                                                \
+        checks++;                                                                        \
+    } while (0)
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* What another thread sees of a lock the main thread holds. */
+struct other_thread {
+    redis_lock_manager *manager;
+    const char *name;
+    redis_lock_guard *guard_to_release;
+};
+
+static void *look_from_another_thread(void *arg) {
+    struct other_thread *t = arg;
+    /* A guard may be released on another thread than the one that acquired it. */
+    if (t->guard_to_release != NULL) {
+        EXPECT(redis_lock_unlock(t->guard_to_release), REDIS_LOCK_OK);
+        return NULL;
+    }
+    redis_lock_guard *guard = (redis_lock_guard *)&guard; /* must be overwritten with NULL */
+    EXPECT(redis_lock_try_lock(t->manager, t->name, 50, &guard), REDIS_LOCK_NOT_ACQUIRED);
+    CHECK(guard == NULL);
+    CHECK(strlen(redis_lock_last_error()) > 0);
+    guard = (redis_lock_guard *)&guard;
+    EXPECT(redis_lock_try_lock_with_lease(t->manager, t->name, 0, 1000, &guard),
+           REDIS_LOCK_NOT_ACQUIRED);
+    CHECK(guard == NULL);
+    bool held = true;
+    EXPECT(redis_lock_is_held_by_current_thread(t->manager, t->name, &held), REDIS_LOCK_OK);
+    CHECK(!held);
+    uint32_t count = 99;
+    EXPECT(redis_lock_hold_count(t->manager, t->name, &count), REDIS_LOCK_OK);
+    CHECK(count == 0);
+    return NULL;
+}
+
+static void on_another_thread(redis_lock_manager *m, const char *name, redis_lock_guard *g) {
+    struct other_thread t = {m, name, g};
+    pthread_t id;
+    CHECK(pthread_create(&id, NULL, look_from_another_thread, &t) == 0);
+    CHECK(pthread_join(id, NULL) == 0);
+}
+
+static void strings_and_codes(void) {
+    CHECK(strlen(redis_lock_version()) > 0);
+    CHECK(strcmp(redis_lock_last_error(), "") == 0);
+    for (int code = REDIS_LOCK_OK; code <= REDIS_LOCK_SYSTEM_ERROR; code++) {
+        CHECK(strcmp(redis_lock_result_str(code), "unknown result code") != 0);
+    }
+    CHECK(strcmp(redis_lock_result_str(-1), "unknown result code") == 0);
+    CHECK(REDIS_LOCK_OK == 0 && REDIS_LOCK_NOT_ACQUIRED == 1 && REDIS_LOCK_NOT_HELD == 2 &&
+          REDIS_LOCK_INVALID_ARGUMENT == 3 && REDIS_LOCK_REDIS_ERROR == 4 &&
+          REDIS_LOCK_PANIC == 5 && REDIS_LOCK_SYSTEM_ERROR == 6);
+}
+
+static void bad_managers(void) {
+    redis_lock_manager *m = (redis_lock_manager *)&m;
+    EXPECT(redis_lock_manager_new(NULL, &m), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+    CHECK(strstr(redis_lock_last_error(), "url is NULL") != NULL);
+    EXPECT(redis_lock_manager_new("redis://127.0.0.1/", NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_manager_new("not a url", &m), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+    EXPECT(redis_lock_manager_new("redis://\xff\xfe/", &m), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(redis_lock_last_error(), "UTF-8") != NULL);
+    /* Nothing listens on port 1: refused at once. */
+    EXPECT(redis_lock_manager_new("redis://127.0.0.1:1/", &m), REDIS_LOCK_REDIS_ERROR);
+    CHECK(m == NULL);
+
+    redis_lock_options opts = redis_lock_options_default();
+    CHECK(opts.watchdog_timeout_ms == 30000 && opts.pool_size == 8);
+    CHECK(opts.connect_timeout_ms == 5000 && opts.response_timeout_ms == 3000);
+    opts.watchdog_timeout_ms = 2; /* too short to renew every third of it */
+    EXPECT(redis_lock_manager_new_with_options("redis://127.0.0.1:1/", &opts, &m),
+           REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(redis_lock_last_error(), "watchdog timeout") != NULL);
+    redis_lock_manager_free(NULL);
+}
+
+static void bad_arguments(redis_lock_manager *m) {
+    redis_lock_guard *g = (redis_lock_guard *)&g;
+    EXPECT(redis_lock_lock(NULL, "tour:x", &g), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(g == NULL);
+    EXPECT(redis_lock_lock(m, NULL, &g), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_lock(m, "tour:x", NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_lock(m, "", &g), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_lock(m, "tour:\xc3\x28", &g), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(redis_lock_last_error(), "UTF-8") != NULL);
+    EXPECT(redis_lock_lock_with_lease(m, "tour:x", 0, &g), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(redis_lock_last_error(), "lease") != NULL);
+    EXPECT(redis_lock_try_lock_with_lease(m, "tour:x", 0, UINT64_MAX, &g),
+           REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_try_lock(m, "tour:x", UINT64_MAX, &g), REDIS_LOCK_INVALID_ARGUMENT);
+    bool flag;
+    uint32_t count;
+    uint64_t ttl;
+    EXPECT(redis_lock_is_locked(m, "tour:x", NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_is_locked(NULL, "tour:x", &flag), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_is_held_by_current_thread(m, NULL, &flag), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_hold_count(m, "tour:x", NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_hold_count(m, "", &count), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_remaining_ttl(m, "tour:x", NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_remaining_ttl(NULL, "tour:x", &ttl), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_force_unlock(m, NULL, &flag), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_unlock(NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    redis_lock_guard_free(NULL);
+    CHECK(!redis_lock_guard_is_renewal_lost(NULL));
+}
+
+static void reentrant_lock(redis_lock_manager *m) {
+    const char *name = "tour:reentrant";
+    redis_lock_guard *outer = NULL, *inner = NULL;
+    EXPECT(redis_lock_lock(m, name, &outer), REDIS_LOCK_OK);
+    CHECK(outer != NULL);
+    EXPECT(redis_lock_lock(m, name, &inner), REDIS_LOCK_OK);
+    uint32_t count = 0;
+    EXPECT(redis_lock_hold_count(m, name, &count), REDIS_LOCK_OK);
+    CHECK(count == 2);
+    bool flag = false;
+    EXPECT(redis_lock_is_locked(m, name, &flag), REDIS_LOCK_OK);
+    CHECK(flag);
+    EXPECT(redis_lock_is_held_by_current_thread(m, name, &flag), REDIS_LOCK_OK);
+    CHECK(flag);
+    uint64_t ttl = 0;
+    EXPECT(redis_lock_remaining_ttl(m, name, &ttl), REDIS_LOCK_OK);
+    CHECK(ttl > 0 && ttl <= 30000);
+    CHECK(!redis_lock_guard_is_renewal_lost(outer));
+
+    on_another_thread(m, name, NULL);
+
+    EXPECT(redis_lock_unlock(inner), REDIS_LOCK_OK);
+    EXPECT(redis_lock_hold_count(m, name, &count), REDIS_LOCK_OK);
+    CHECK(count == 1);
+    /* The last hold, released by another thread. */
+    on_another_thread(m, name, outer);
+    EXPECT(redis_lock_is_locked(m, name, &flag), REDIS_LOCK_OK);
+    CHECK(!flag);
+    EXPECT(redis_lock_remaining_ttl(m, name, &ttl), REDIS_LOCK_OK);
+    CHECK(ttl == 0);
+}
+
+static void leases(redis_lock_manager *m) {
+    redis_lock_guard *g = NULL;
+    bool flag = true;
+    EXPECT(redis_lock_lock_with_lease(m, "tour:lease", 100, &g), REDIS_LOCK_OK);
+    sleep_ms(400);
+    EXPECT(redis_lock_is_locked(m, "tour:lease", &flag), REDIS_LOCK_OK);
+    CHECK(!flag);
+    EXPECT(redis_lock_unlock(g), REDIS_LOCK_NOT_HELD);
+    CHECK(strstr(redis_lock_last_error(), "not held") != NULL);
+
+    EXPECT(redis_lock_try_lock_with_lease(m, "tour:lease", 0, 5000, &g), REDIS_LOCK_OK);
+    uint64_t ttl = 0;
+    EXPECT(redis_lock_remaining_ttl(m, "tour:lease", &ttl), REDIS_LOCK_OK);
+    CHECK(ttl > 0 && ttl <= 5000);
+    redis_lock_guard_free(g); /* releases */
+    EXPECT(redis_lock_is_locked(m, "tour:lease", &flag), REDIS_LOCK_OK);
+    CHECK(!flag);
+}
+
+static void force_unlock(redis_lock_manager *m) {
+    redis_lock_guard *g = NULL;
+    bool released = false;
+    EXPECT(redis_lock_try_lock(m, "tour:force", 0, &g), REDIS_LOCK_OK);
+    EXPECT(redis_lock_force_unlock(m, "tour:force", &released), REDIS_LOCK_OK);
+    CHECK(released);
+    EXPECT(redis_lock_force_unlock(m, "tour:force", &released), REDIS_LOCK_OK);
+    CHECK(!released);
+    EXPECT(redis_lock_force_unlock(m, "tour:force", NULL), REDIS_LOCK_OK);
+    EXPECT(redis_lock_unlock(g), REDIS_LOCK_NOT_HELD);
+}
+
+static void wrong_type(redis_lock_manager *m, const char *host, int port) {
+    redisContext *redis = redisConnect(host, port);
+    CHECK(redis != NULL && redis->err == 0);
+    freeReplyObject(redisCommand(redis, "SET tour:string not-a-lock"));
+    redis_lock_guard *g = NULL;
+    bool flag;
+    EXPECT(redis_lock_lock(m, "tour:string", &g), REDIS_LOCK_REDIS_ERROR);
+    CHECK(g == NULL);
+    CHECK(strstr(redis_lock_last_error(), "not a lock") != NULL);
+    EXPECT(redis_lock_force_unlock(m, "tour:string", &flag), REDIS_LOCK_REDIS_ERROR);
+    redisReply *reply = redisCommand(redis, "GET tour:string");
+    CHECK(reply != NULL && reply->type == REDIS_REPLY_STRING &&
+          strcmp(reply->str, "not-a-lock") == 0);
+    freeReplyObject(reply);
+    redisFree(redis);
+}
+
+static void watchdog_and_lifetime(const char *url) {
+    redis_lock_options opts = redis_lock_options_default();
+    opts.watchdog_timeout_ms = 600;
+    opts.pool_size = 2;
+    redis_lock_manager *m = NULL;
+    EXPECT(redis_lock_manager_new_with_options(url, &opts, &m), REDIS_LOCK_OK);
+    redis_lock_guard *g = NULL;
+    EXPECT(redis_lock_lock(m, "tour:watchdog", &g), REDIS_LOCK_OK);
+    sleep_ms(1500); /* well past the 600 ms lease: only renewals keep it */
+    bool flag = false;
+    EXPECT(redis_lock_is_held_by_current_thread(m, "tour:watchdog", &flag), REDIS_LOCK_OK);
+    CHECK(flag);
+    CHECK(!redis_lock_guard_is_renewal_lost(g));
+    /* A guard outlives its manager handle and still releases. */
+    redis_lock_manager_free(m);
+    EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s HOST PORT\n", argv[0]);
+        return 2;
+    }
+    char url[256];
+    snprintf(url, sizeof url, "redis://%s:%s/", argv[1], argv[2]);
+
+    strings_and_codes();
+    bad_managers();
+    redis_lock_manager *m = NULL;
+    EXPECT(redis_lock_manager_new(url, &m), REDIS_LOCK_OK);
+    bad_arguments(m);
+    reentrant_lock(m);
+    leases(m);
+    force_unlock(m);
+    wrong_type(m, argv[1], atoi(argv[2]));
+    redis_lock_manager_free(m);
+    watchdog_and_lifetime(url);
+
+    printf("api_tour: %d checks passed\n", checks);
+    return 0;
+}

@@ -1,0 +1,251 @@
+//! Result codes, the thread's last error message, the panic boundary, and the checks that turn
+//! C arguments into Rust values.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::Error;
+
+/// What a call did. The numbers are stable: C programs may store and compare them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum redis_lock_result {
+    /// Success.
+    REDIS_LOCK_OK = 0,
+    /// A `try_lock` wait passed without acquiring the lock; `*out` is NULL.
+    REDIS_LOCK_NOT_ACQUIRED = 1,
+    /// The lock was no longer held by the guard's owner (lease expired, force-unlocked, or
+    /// another owner has it); nothing was changed on Redis.
+    REDIS_LOCK_NOT_HELD = 2,
+    /// Refused before anything was sent: a NULL pointer, a string that is not UTF-8, an empty
+    /// or oversized name, a zero or out-of-range duration, a bad URL or option.
+    REDIS_LOCK_INVALID_ARGUMENT = 3,
+    /// Redis could not be reached, refused the credentials, answered with an error (such as a
+    /// key of the lock's name that is not a lock), or did not answer in time.
+    REDIS_LOCK_REDIS_ERROR = 4,
+    /// A bug in redis-lock: a Rust panic was caught at the API boundary.
+    REDIS_LOCK_PANIC = 5,
+    /// The operating system refused a resource, such as a background thread.
+    REDIS_LOCK_SYSTEM_ERROR = 6,
+}
+
+use redis_lock_result::*;
+
+/// Why a call failed: its result code and the message for `redis_lock_last_error`.
+pub(super) struct Failure {
+    code: redis_lock_result,
+    message: String,
+}
+
+impl Failure {
+    pub(super) fn new(code: redis_lock_result, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn invalid(message: impl Into<String>) -> Self {
+        Failure::new(REDIS_LOCK_INVALID_ARGUMENT, message)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Self {
+        let code = match &err {
+            Error::InvalidName { .. }
+            | Error::InvalidArgument { .. }
+            | Error::InvalidUrl { .. } => REDIS_LOCK_INVALID_ARGUMENT,
+            Error::NotHeld { .. } => REDIS_LOCK_NOT_HELD,
+            Error::Connect { .. }
+            | Error::Redis { .. }
+            | Error::WrongType { .. }
+            | Error::Timeout { .. } => REDIS_LOCK_REDIS_ERROR,
+            Error::ThreadSpawn { .. } => REDIS_LOCK_SYSTEM_ERROR,
+        };
+        Failure::new(code, err.to_string())
+    }
+}
+
+thread_local! {
+    /// The message of this thread's last failed call; C reads it through a pointer that stays
+    /// valid until the next failure on this thread replaces it.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: String) {
+    // A message cannot carry NUL into C; lock names may contain it in principle.
+    let message = CString::new(message.replace('\0', "\\0")).expect("NULs were replaced");
+    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+}
+
+/// Runs the body of an `extern "C"` function: a failure is recorded for
+/// `redis_lock_last_error` and returned as its code, and a panic is caught and returned as
+/// `REDIS_LOCK_PANIC`, since unwinding into C is undefined behaviour.
+pub(super) fn guarded(body: impl FnOnce() -> Result<(), Failure>) -> redis_lock_result {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => REDIS_LOCK_OK,
+        Ok(Err(failure)) => {
+            set_last_error(failure.message);
+            failure.code
+        }
+        Err(payload) => {
+            set_last_error(format!(
+                "panic inside redis-lock: {}",
+                panic_message(&*payload)
+            ));
+            REDIS_LOCK_PANIC
+        }
+    }
+}
+
+/// The panic boundary for functions that return nothing (the `*_free` functions).
+pub(super) fn guarded_void(body: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
+        set_last_error(format!(
+            "panic inside redis-lock: {}",
+            panic_message(&*payload)
+        ));
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+/// A C string argument as `&str`: NULL and invalid UTF-8 are invalid arguments.
+///
+/// # Safety
+/// `ptr` is NULL or points to a NUL-terminated string that outlives the returned reference.
+pub(super) unsafe fn str_arg<'a>(what: &str, ptr: *const c_char) -> Result<&'a str, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} is NULL")));
+    }
+    // SAFETY: not NULL, and NUL-terminated by the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(ptr) };
+    bytes.to_str().map_err(|err| {
+        Failure::invalid(format!(
+            "{what} is not valid UTF-8 (at byte {})",
+            err.valid_up_to()
+        ))
+    })
+}
+
+/// A handle argument as a reference: NULL is an invalid argument.
+///
+/// # Safety
+/// `ptr` is NULL or points to a live `T` that outlives the returned reference.
+pub(super) unsafe fn ref_arg<'a, T>(what: &str, ptr: *const T) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract; as_ref checks NULL.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Failure::invalid(format!("{what} is NULL")))
+}
+
+/// Writes a result through an out pointer: NULL is an invalid argument.
+///
+/// # Safety
+/// `ptr` is NULL or valid for a write of `T`.
+pub(super) unsafe fn write_out<T>(what: &str, ptr: *mut T, value: T) -> Result<(), Failure> {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} is NULL")));
+    }
+    // SAFETY: not NULL, and writable by the caller's contract.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// The message of the calling thread's last failed call, or `""` when none failed yet.
+///
+/// The string belongs to redis-lock: do not free it. It stays valid until the next call that
+/// fails on the same thread (successful calls leave it as it is, like `errno`), so copy it if
+/// you need it longer.
+#[no_mangle]
+pub extern "C" fn redis_lock_last_error() -> *const c_char {
+    LAST_ERROR.with(|last| last.borrow().as_ptr())
+}
+
+/// A short constant description of a result code (`"not held"`, ...), for messages. Never NULL;
+/// an unknown code gives `"unknown result code"`. Do not free it.
+#[no_mangle]
+pub extern "C" fn redis_lock_result_str(result: c_int) -> *const c_char {
+    let text: &'static CStr = match result {
+        0 => c"ok",
+        1 => c"not acquired: the wait passed",
+        2 => c"not held: the lock was no longer this owner's",
+        3 => c"invalid argument",
+        4 => c"Redis error",
+        5 => c"panic inside redis-lock",
+        6 => c"system error",
+        _ => c"unknown result code",
+    };
+    text.as_ptr()
+}
+
+/// The library's version, such as `"0.1.0"`. Never NULL; do not free it.
+#[no_mangle]
+pub extern "C" fn redis_lock_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(version) => version,
+            Err(_) => panic!("the package version contains a NUL"),
+        };
+    VERSION.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: redis_lock_last_error always returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(redis_lock_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_result_code_and_a_message() {
+        let result = guarded(|| panic!("boom at the boundary"));
+        assert_eq!(result, REDIS_LOCK_PANIC);
+        assert!(
+            last_error().contains("boom at the boundary"),
+            "{}",
+            last_error()
+        );
+    }
+
+    #[test]
+    fn a_failure_sets_the_message_and_success_leaves_it() {
+        let result = guarded(|| Err(Failure::invalid("name is NULL")));
+        assert_eq!(result, REDIS_LOCK_INVALID_ARGUMENT);
+        assert_eq!(guarded(|| Ok(())), REDIS_LOCK_OK);
+        assert_eq!(last_error(), "name is NULL");
+    }
+
+    #[test]
+    fn errors_map_to_stable_codes() {
+        let spawn = Error::ThreadSpawn {
+            source: std::io::Error::other("no threads left"),
+        };
+        assert_eq!(Failure::from(spawn).code, REDIS_LOCK_SYSTEM_ERROR);
+        let not_held = Error::NotHeld { name: "n".into() };
+        assert_eq!(Failure::from(not_held).code, REDIS_LOCK_NOT_HELD);
+        let wrong = Error::WrongType { name: "n".into() };
+        assert_eq!(Failure::from(wrong).code, REDIS_LOCK_REDIS_ERROR);
+        assert_eq!(REDIS_LOCK_OK as c_int, 0);
+        assert_eq!(REDIS_LOCK_SYSTEM_ERROR as c_int, 6);
+    }
+
+    #[test]
+    fn nul_in_a_message_does_not_truncate_or_panic() {
+        set_last_error("lock \"a\0b\" failed".into());
+        assert_eq!(last_error(), "lock \"a\\0b\" failed");
+    }
+}

@@ -1,0 +1,294 @@
+//! `redis_lock_guard`: acquiring, releasing and inspecting locks from C.
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use super::boundary::redis_lock_result::{self, REDIS_LOCK_NOT_ACQUIRED};
+use super::boundary::{guarded, guarded_void, ref_arg, str_arg, write_out, Failure};
+use super::manager::redis_lock_manager;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::manager::LockManager;
+
+/// One hold on a lock, owned by the caller until `redis_lock_unlock` or
+/// `redis_lock_guard_free`. The hold belongs to the thread that acquired it, but the guard may
+/// be passed to another thread and released there.
+pub struct redis_lock_guard {
+    guard: LockGuard,
+}
+
+/// The shared body of the four acquire functions: checks the arguments, runs `acquire`, and
+/// hands a new guard to C (or NULL with `REDIS_LOCK_NOT_ACQUIRED`).
+///
+/// # Safety
+/// As for the exported functions: each pointer is NULL or valid.
+unsafe fn acquire_into(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    out: *mut *mut redis_lock_guard,
+    acquire: impl FnOnce(&LockManager, &str) -> Result<Option<LockGuard>>,
+) -> redis_lock_result {
+    guarded(|| {
+        // SAFETY (all three): the caller's contract.
+        unsafe { write_out("out", out, std::ptr::null_mut())? };
+        let manager = unsafe { ref_arg("manager", m)? };
+        let name = unsafe { str_arg("name", name)? };
+        match acquire(&manager.manager, name)? {
+            Some(guard) => {
+                let handle = Box::into_raw(Box::new(redis_lock_guard { guard }));
+                // SAFETY: checked by write_out above.
+                unsafe { out.write(handle) };
+                Ok(())
+            }
+            None => Err(Failure::new(
+                REDIS_LOCK_NOT_ACQUIRED,
+                format!("the wait passed without acquiring lock {name:?}"),
+            )),
+        }
+    })
+}
+
+/// Waits as long as it takes to acquire `name`; the watchdog renews the lease until the guard
+/// is unlocked or freed. The same thread locking again re-enters (the hold count goes up).
+///
+/// On `REDIS_LOCK_OK`, `*out` is a new guard owned by the caller (free it with
+/// `redis_lock_unlock` or `redis_lock_guard_free`); otherwise `*out` is NULL.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_lock(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { acquire_into(m, name, out, |manager, name| manager.lock(name).map(Some)) }
+}
+
+/// Tries to acquire `name` for up to `wait_ms` milliseconds (0: one attempt), with the
+/// watchdog. `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
+/// `redis_lock_lock`.
+///
+/// # Safety
+/// As for `redis_lock_lock`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_try_lock(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    wait_ms: u64,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    let wait = Duration::from_millis(wait_ms);
+    // SAFETY: the same contract, passed on.
+    unsafe { acquire_into(m, name, out, |manager, name| manager.try_lock(name, wait)) }
+}
+
+/// Waits as long as it takes to acquire `name` with a fixed lease of `lease_ms` (at least 1;
+/// never renewed). Ownership as for `redis_lock_lock`.
+///
+/// # Safety
+/// As for `redis_lock_lock`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_lock_with_lease(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    lease_ms: u64,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    let lease = Duration::from_millis(lease_ms);
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager.lock_with_lease(name, lease).map(Some)
+        })
+    }
+}
+
+/// Tries to acquire `name` for up to `wait_ms` with a fixed lease of `lease_ms` (no
+/// watchdog). `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as
+/// for `redis_lock_lock`.
+///
+/// # Safety
+/// As for `redis_lock_lock`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_try_lock_with_lease(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    wait_ms: u64,
+    lease_ms: u64,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    let (wait, lease) = (
+        Duration::from_millis(wait_ms),
+        Duration::from_millis(lease_ms),
+    );
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager.try_lock_with_lease(name, wait, lease)
+        })
+    }
+}
+
+/// Releases the guard's hold and frees the guard, whatever the result: do not use `g`
+/// afterwards. `REDIS_LOCK_NOT_HELD` when the lock was no longer this owner's (nothing was
+/// changed on Redis); `REDIS_LOCK_INVALID_ARGUMENT` for NULL.
+///
+/// # Safety
+/// `g` is NULL or a guard from one of the acquire functions that was not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_unlock(g: *mut redis_lock_guard) -> redis_lock_result {
+    if g.is_null() {
+        return guarded(|| Err(Failure::invalid("guard is NULL")));
+    }
+    // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
+    let handle = unsafe { Box::from_raw(g) };
+    guarded(move || Ok(handle.guard.unlock()?))
+}
+
+/// Frees a guard, releasing its hold if it was not unlocked (a failure to release is only
+/// logged; use `redis_lock_unlock` to see it). NULL is ignored. Do not use `g` afterwards.
+///
+/// # Safety
+/// `g` is NULL or a guard from one of the acquire functions that was not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_guard_free(g: *mut redis_lock_guard) {
+    if g.is_null() {
+        return;
+    }
+    // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
+    let handle = unsafe { Box::from_raw(g) };
+    guarded_void(move || drop(handle));
+}
+
+/// Deletes the lock `name` whoever holds it and wakes its waiters. `*released` (may be NULL)
+/// tells whether it was held. A key of that name that is not a lock is left alone
+/// (`REDIS_LOCK_REDIS_ERROR`).
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `released` is
+/// NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_force_unlock(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    released: *mut bool,
+) -> redis_lock_result {
+    guarded(|| {
+        // SAFETY (all): the caller's contract.
+        let manager = unsafe { ref_arg("manager", m)? };
+        let name = unsafe { str_arg("name", name)? };
+        let was_held = manager.manager.get_lock(name).force_unlock()?;
+        if !released.is_null() {
+            unsafe { released.write(was_held) };
+        }
+        Ok(())
+    })
+}
+
+/// Sets `*locked` to whether anyone (any thread, process or client) holds `name`.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `locked` is NULL
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_is_locked(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    locked: *mut bool,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { inspect(m, name, "locked", locked, |lock| lock.is_locked()) }
+}
+
+/// Sets `*held` to whether the calling thread holds `name` through this manager.
+///
+/// # Safety
+/// As for `redis_lock_is_locked`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_is_held_by_current_thread(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    held: *mut bool,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        inspect(m, name, "held", held, |lock| {
+            lock.is_held_by_current_thread()
+        })
+    }
+}
+
+/// Sets `*count` to how many holds the calling thread has on `name` (0 when none).
+///
+/// # Safety
+/// As for `redis_lock_is_locked`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_hold_count(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    count: *mut u32,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { inspect(m, name, "count", count, |lock| lock.hold_count()) }
+}
+
+/// Sets `*ttl_ms` to the lock's remaining lease as Redis sees it, or 0 when nobody holds it.
+///
+/// # Safety
+/// As for `redis_lock_is_locked`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_remaining_ttl(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    ttl_ms: *mut u64,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        inspect(m, name, "ttl_ms", ttl_ms, |lock| {
+            let ttl = lock.remaining_ttl()?;
+            Ok(ttl.map_or(0, |ttl| ttl.as_millis() as u64))
+        })
+    }
+}
+
+/// Whether the watchdog found the guard's hold gone (expired or taken over) at a renewal; no
+/// I/O. Always false for fixed-lease guards and for NULL.
+///
+/// # Safety
+/// `g` is NULL or a live guard.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_guard_is_renewal_lost(g: *const redis_lock_guard) -> bool {
+    // SAFETY: the caller's contract.
+    let Some(handle) = (unsafe { g.as_ref() }) else {
+        return false;
+    };
+    let mut lost = false;
+    guarded_void(|| lost = handle.guard.is_renewal_lost());
+    lost
+}
+
+/// The shared body of the inspection functions.
+///
+/// # Safety
+/// As for the exported functions: each pointer is NULL or valid.
+unsafe fn inspect<T>(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    what: &str,
+    out: *mut T,
+    query: impl FnOnce(&crate::Lock) -> Result<T>,
+) -> redis_lock_result {
+    guarded(|| {
+        // SAFETY (all): the caller's contract.
+        let manager = unsafe { ref_arg("manager", m)? };
+        let name = unsafe { str_arg("name", name)? };
+        if out.is_null() {
+            return Err(Failure::invalid(format!("{what} is NULL")));
+        }
+        let value = query(&manager.manager.get_lock(name))?;
+        unsafe { write_out(what, out, value) }
+    })
+}

@@ -1,0 +1,134 @@
+//! `redis_lock_manager`: creating and freeing a manager from C, with its options.
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use super::boundary::{guarded, guarded_void, redis_lock_result, str_arg, write_out};
+use crate::config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+};
+use crate::manager::LockManager;
+
+/// A lock manager: a connection pool, one watchdog thread and one pub/sub listener thread.
+///
+/// Thread-safe: one manager may be shared by any number of threads, each calling any function
+/// on it at the same time. Lock ownership (and so reentrancy) is per calling thread.
+pub struct redis_lock_manager {
+    pub(super) manager: LockManager,
+}
+
+/// Settings for `redis_lock_manager_new_with_options`. A field left 0 takes its default; start
+/// from `redis_lock_options_default()` to see the defaults.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct redis_lock_options {
+    /// Lease of locks taken without an explicit lease, renewed every third of it while held.
+    /// Default 30000; at least 3.
+    pub watchdog_timeout_ms: u64,
+    /// Most command connections the manager opens. Default 8.
+    pub pool_size: u32,
+    /// How long opening one connection may take. Default 5000.
+    pub connect_timeout_ms: u64,
+    /// How long Redis may take to answer one command. Default 3000.
+    pub response_timeout_ms: u64,
+}
+
+/// The default options (every field filled in with its default value).
+#[no_mangle]
+pub extern "C" fn redis_lock_options_default() -> redis_lock_options {
+    redis_lock_options {
+        watchdog_timeout_ms: DEFAULT_WATCHDOG_TIMEOUT.as_millis() as u64,
+        pool_size: DEFAULT_POOL_SIZE as u32,
+        connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT.as_millis() as u64,
+        response_timeout_ms: DEFAULT_RESPONSE_TIMEOUT.as_millis() as u64,
+    }
+}
+
+/// Connects to Redis with the default options; see `redis_lock_manager_new_with_options`.
+///
+/// # Safety
+/// `url` is NULL or a NUL-terminated string; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_manager_new(
+    url: *const c_char,
+    out: *mut *mut redis_lock_manager,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { redis_lock_manager_new_with_options(url, std::ptr::null(), out) }
+}
+
+/// Connects to Redis at `url` (`redis://[user:password@]host[:port][/db]`), loads the lock
+/// scripts and starts the manager's two threads. `opts` may be NULL (all defaults).
+///
+/// On `REDIS_LOCK_OK`, `*out` is a new manager that the caller owns and frees with
+/// `redis_lock_manager_free`; on failure `*out` is NULL. Errors: `REDIS_LOCK_INVALID_ARGUMENT`
+/// (NULL or non-UTF-8 `url`, unparseable URL, out-of-range option), `REDIS_LOCK_REDIS_ERROR`
+/// (Redis unreachable or refusing the credentials).
+///
+/// # Safety
+/// `url` is NULL or a NUL-terminated string; `opts` is NULL or points to options; `out` is
+/// NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_manager_new_with_options(
+    url: *const c_char,
+    opts: *const redis_lock_options,
+    out: *mut *mut redis_lock_manager,
+) -> redis_lock_result {
+    guarded(|| {
+        // SAFETY (all three): the caller's contract.
+        unsafe { write_out("out", out, std::ptr::null_mut())? };
+        let url = unsafe { str_arg("url", url)? };
+        let opts = unsafe { opts.as_ref() }
+            .copied()
+            .unwrap_or(redis_lock_options {
+                watchdog_timeout_ms: 0,
+                pool_size: 0,
+                connect_timeout_ms: 0,
+                response_timeout_ms: 0,
+            });
+        let manager = LockManager::builder(url)
+            .watchdog_timeout(millis_or(
+                opts.watchdog_timeout_ms,
+                DEFAULT_WATCHDOG_TIMEOUT,
+            ))
+            .pool_size(match opts.pool_size {
+                0 => DEFAULT_POOL_SIZE,
+                n => n as usize,
+            })
+            .connect_timeout(millis_or(opts.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT))
+            .response_timeout(millis_or(
+                opts.response_timeout_ms,
+                DEFAULT_RESPONSE_TIMEOUT,
+            ))
+            .build()?;
+        let handle = Box::into_raw(Box::new(redis_lock_manager { manager }));
+        // SAFETY: checked above.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+fn millis_or(ms: u64, default: Duration) -> Duration {
+    match ms {
+        0 => default,
+        ms => Duration::from_millis(ms),
+    }
+}
+
+/// Frees a manager. NULL is ignored.
+///
+/// Guards still alive keep what they need, so they stay valid and may be unlocked or freed
+/// later; the manager's threads stop and its connections close when the last of them is gone.
+/// Do not use `m` afterwards.
+///
+/// # Safety
+/// `m` is NULL or a manager from `redis_lock_manager_new*` that was not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_manager_free(m: *mut redis_lock_manager) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
+    let manager = unsafe { Box::from_raw(m) };
+    guarded_void(move || drop(manager));
+}

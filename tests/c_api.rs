@@ -1,0 +1,178 @@
+//! The C API from C: compiles the programs in `examples/c/` with `cc -Wall -Wextra -Werror`
+//! against `include/redis_lock.h` and the libraries cargo built, runs them against a
+//! throwaway redis-server, and runs them again under AddressSanitizer, LeakSanitizer and
+//! UndefinedBehaviorSanitizer.
+//!
+//! Needs a C compiler and hiredis' headers (Debian: `gcc`, `libhiredis-dev`), which
+//! `scripts/ensure-deps` installs; the C examples use hiredis for their own GET/SET.
+#![cfg(feature = "capi")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use support::RedisServer;
+
+/// Where cargo put `libredis_lock.{a,so}` for this test run: `cargo test` builds the library
+/// (all its crate types, in one rustc run) into `<target>/<profile>/deps/`, beside this test
+/// binary. (`<target>/<profile>/` has them only after a `cargo build`, and may be stale.)
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .expect("<target>/<profile>/deps/<test>")
+        .to_path_buf();
+    for lib in ["libredis_lock.a", "libredis_lock.so"] {
+        let path = dir.join(lib);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{} was not built: {e}", path.display()));
+        // These file names carry no hash, so a `--no-default-features` build overwrites them
+        // with a library that has no C API while cargo still thinks this one is fresh.
+        let symbol = b"redis_lock_manager_new_with_options";
+        assert!(
+            bytes.windows(symbol.len()).any(|w| w == symbol),
+            "{} has no C API: it was last built without the `capi` feature; \
+             run `cargo clean -p redis-lock` and test again",
+            path.display()
+        );
+    }
+    dir
+}
+
+#[derive(Clone, Copy)]
+enum Link {
+    Static,
+    Shared,
+}
+
+/// Compiles `examples/c/<name>.c` into `out_dir`, warnings as errors, with extra `flags`.
+fn compile(name: &str, link: Link, flags: &[&str], out_dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib_dir = library_dir();
+    let exe = out_dir.join(name);
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args([
+        "-std=c11",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-g",
+    ])
+    .args(flags)
+    .arg("-I")
+    .arg(root.join("include"))
+    .arg(root.join("examples/c").join(format!("{name}.c")))
+    .arg("-o")
+    .arg(&exe);
+    match link {
+        Link::Static => {
+            cc.arg(lib_dir.join("libredis_lock.a"));
+        }
+        Link::Shared => {
+            cc.arg("-L")
+                .arg(&lib_dir)
+                .arg("-lredis_lock")
+                .arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+        }
+    }
+    cc.args(["-lhiredis", "-lpthread", "-ldl", "-lm"]);
+    let output = cc
+        .output()
+        .expect("cannot run cc; install gcc (scripts/ensure-deps)");
+    assert!(
+        output.status.success(),
+        "compiling {name}.c failed (hiredis headers come from libhiredis-dev; \
+         scripts/ensure-deps installs them):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    exe
+}
+
+fn run(exe: &Path, args: &[String], sanitized: bool) -> Output {
+    let mut cmd = Command::new(exe);
+    // cargo points LD_LIBRARY_PATH at <target>/<profile> too, whose libredis_lock.so may be
+    // from another build; the rpath set at link time names the one this test checked.
+    cmd.args(args).env_remove("LD_LIBRARY_PATH");
+    if sanitized {
+        cmd.env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:abort_on_error=0:exitcode=86",
+        )
+        .env(
+            "UBSAN_OPTIONS",
+            "halt_on_error=1:print_stacktrace=1:exitcode=87",
+        );
+    }
+    cmd.output().expect("run the compiled C program")
+}
+
+fn assert_clean_run(output: &Output, expected_line: &str) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.lines().any(|line| line == expected_line),
+        "expected the line {expected_line:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for finding in ["AddressSanitizer", "LeakSanitizer", "runtime error"] {
+        assert!(!stderr.contains(finding), "sanitizer report:\n{stderr}");
+    }
+}
+
+const SANITIZERS: &[&str] = &["-fsanitize=address,undefined", "-fno-omit-frame-pointer"];
+
+fn counter_args(server: &RedisServer) -> Vec<String> {
+    // 3 processes x 4 threads x 50 increments, each GET + SET under the lock.
+    [
+        "127.0.0.1".into(),
+        server.port().to_string(),
+        "3".into(),
+        "4".into(),
+        "50".into(),
+    ]
+    .to_vec()
+}
+
+#[test]
+fn threads_in_several_c_processes_keep_a_non_atomic_counter_exact() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile("counter", Link::Shared, &[], out.path());
+    let output = run(&exe, &counter_args(&server), false);
+    assert_clean_run(&output, "counter=600 expected=600");
+}
+
+#[test]
+fn the_counter_is_clean_under_address_leak_and_ub_sanitizers() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile("counter", Link::Static, SANITIZERS, out.path());
+    let output = run(&exe, &counter_args(&server), true);
+    assert_clean_run(&output, "counter=600 expected=600");
+}
+
+#[test]
+fn every_function_and_result_code_behaves_as_the_header_says() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile("api_tour", Link::Static, &[], out.path());
+    let args = ["127.0.0.1".into(), server.port().to_string()];
+    let output = run(&exe, &args, false);
+    assert_clean_run(&output, "api_tour: 109 checks passed");
+}
+
+#[test]
+fn the_api_tour_is_clean_under_address_leak_and_ub_sanitizers() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile("api_tour", Link::Shared, SANITIZERS, out.path());
+    let args = ["127.0.0.1".into(), server.port().to_string()];
+    let output = run(&exe, &args, true);
+    assert_clean_run(&output, "api_tour: 109 checks passed");
+}
