@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::names::LockKeys;
 use crate::owner::owner_field;
-use crate::store::Release;
+use crate::store::{Attempt, Release};
 use crate::watchdog::HoldStatus;
 
 /// One hold on a lock, released when the guard is dropped or [`unlock`](Self::unlock)ed.
@@ -94,7 +94,23 @@ impl LockGuard {
         } else {
             self.lease_ms
         };
-        let outcome = inner.store.release(&self.keys, lease_ms, &owner);
+        let outcome = inner.gates.release(&self.keys, self.thread, |successor| {
+            let Some(next) = successor else {
+                return (inner.store.release(&self.keys, lease_ms, &owner), false);
+            };
+            // The next local thread's acquire rides in the same round trip.
+            let next_owner = owner_field(&inner.client_id, next.thread());
+            match inner.store.release_and_acquire(
+                &self.keys,
+                lease_ms,
+                &owner,
+                &next_owner,
+                next.lease_ms(),
+            ) {
+                Ok((released, attempt)) => (Ok(released), attempt == Attempt::Acquired),
+                Err(err) => (Err(err), false),
+            }
+        });
         if self.renewal.is_some() {
             // Whatever the outcome, nothing will release this hold later: stop renewing it.
             inner.watchdog.unregister(&self.keys, self.thread);

@@ -111,6 +111,7 @@
 mod capi;
 mod config;
 mod error;
+mod gate;
 mod guard;
 mod lock;
 mod manager;
@@ -118,15 +119,23 @@ mod names;
 mod owner;
 mod pool;
 mod scripts;
+mod stats;
 mod store;
 mod subscriber;
 mod watchdog;
+
+/// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
+/// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
+pub mod lua {
+    pub use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+}
 
 pub use config::LockManagerBuilder;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
+pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
 const _: () = {
@@ -135,4 +144,5 @@ const _: () = {
     assert_send_sync::<Lock>();
     assert_send_sync::<LockGuard>();
     assert_send_sync::<Error>();
+    assert_send_sync::<Stats>();
 };

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{check_wait, to_millis};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::gate::Entry;
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::names::LockKeys;
@@ -133,12 +134,16 @@ impl Lock {
     /// watchdog drops their renewal at its next sweep. A key of this name that is not a lock
     /// is left alone and reported as [`Error::WrongType`](crate::Error::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
-        self.manager.inner.store.force_unlock(self.keys()?)
+        let keys = self.keys()?;
+        let released = self.manager.inner.store.force_unlock(keys)?;
+        // Whichever local thread had the turn lost its hold: the next one may go at once.
+        self.manager.inner.gates.reset(keys);
+        Ok(released)
     }
 
-    /// The acquire loop: attempt; on failure subscribe, attempt again (a release may have been
-    /// announced before the subscription), then sleep until a release message or the holder's
-    /// TTL, and repeat. `wait: None` waits without limit; `lease: None` uses the watchdog.
+    /// Acquires through the manager's local turn ([`crate::gate`]): threads of this manager
+    /// that want the same lock queue in-process, and only the turn holder contends in Redis.
+    /// `wait: None` waits without limit; `lease: None` uses the watchdog.
     fn acquire(
         &self,
         wait: Option<Duration>,
@@ -156,27 +161,85 @@ impl Lock {
         let deadline = wait.map(|wait| Instant::now() + wait);
         let thread = current_thread_number();
         let owner = owner_field(&inner.client_id, thread);
+        let attempt = || inner.store.try_acquire(keys, lease_ms, &owner);
 
-        if inner.store.try_acquire(keys, lease_ms, &owner)? == Attempt::Acquired {
-            return Ok(Some(self.granted(thread, lease_ms, lease.is_none())));
+        let entry = if wait == Some(Duration::ZERO) {
+            // One attempt, no queueing; a local thread with the turn holds or wants the lock.
+            match inner.gates.try_enter(keys, thread) {
+                Some(entry) => entry,
+                None => return Ok(None),
+            }
+        } else {
+            inner.gates.enter(keys, thread, lease_ms, deadline, || {
+                Ok::<_, Error>(match attempt()? {
+                    Attempt::Acquired => None,
+                    Attempt::HeldByOther(ttl) => {
+                        Some(ttl.map_or(NO_TTL_POLL, Duration::from_millis))
+                    }
+                })
+            })?
+        };
+        match entry {
+            Entry::TimedOut => return Ok(None),
+            Entry::Acquired => return Ok(Some(self.granted(thread, lease_ms, lease))),
+            Entry::Outside => {
+                // The turn holder's fixed lease is over; one attempt decides.
+                return Ok(match attempt()? {
+                    Attempt::Acquired => {
+                        inner.gates.take_over(keys, thread);
+                        Some(self.granted(thread, lease_ms, lease))
+                    }
+                    Attempt::HeldByOther(_) => None,
+                });
+            }
+            Entry::Turn | Entry::Reentrant => {}
+        }
+        let outcome = self.contend(keys, deadline, &attempt);
+        match outcome {
+            Ok(true) => Ok(Some(self.granted(thread, lease_ms, lease))),
+            Ok(false) => {
+                inner.gates.leave(keys, thread, false);
+                Ok(None)
+            }
+            Err(err) => {
+                inner.gates.leave(keys, thread, false);
+                Err(err)
+            }
+        }
+    }
+
+    /// The Redis side of acquiring, for the thread with the turn: attempt; on failure
+    /// subscribe, attempt again (a release may have been announced before the subscription),
+    /// then sleep until a release message or the holder's TTL, and repeat. `Ok(false)` when
+    /// the deadline passed.
+    fn contend(
+        &self,
+        keys: &LockKeys,
+        deadline: Option<Instant>,
+        attempt: &dyn Fn() -> Result<Attempt>,
+    ) -> Result<bool> {
+        if attempt()? == Attempt::Acquired {
+            return Ok(true);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
+            return Ok(false);
         }
-        let subscription = inner.subscriber.subscribe(&keys.channel, deadline);
+        let subscription = self
+            .manager
+            .inner
+            .subscriber
+            .subscribe(&keys.channel, deadline);
         loop {
             // The first pass closes the race with a release announced before we subscribed.
-            let holder_ttl = match inner.store.try_acquire(keys, lease_ms, &owner)? {
-                Attempt::Acquired => {
-                    return Ok(Some(self.granted(thread, lease_ms, lease.is_none())));
-                }
+            let holder_ttl = match attempt()? {
+                Attempt::Acquired => return Ok(true),
                 Attempt::HeldByOther(ttl) => ttl,
             };
             let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
             if let Some(deadline) = deadline {
                 let now = Instant::now();
                 if now >= deadline {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 sleep = sleep.min(deadline - now);
             }
@@ -184,9 +247,13 @@ impl Lock {
         }
     }
 
-    fn granted(&self, thread: u64, lease_ms: u64, renewed: bool) -> LockGuard {
+    fn granted(&self, thread: u64, lease_ms: u64, lease: Option<Duration>) -> LockGuard {
         let keys = Arc::clone(self.keys.as_ref().expect("acquired, so the name is valid"));
-        let status = renewed.then(|| self.manager.inner.watchdog.register(&keys, thread));
+        let inner = &self.manager.inner;
+        inner.gates.acquired(&keys, thread, lease);
+        let status = lease
+            .is_none()
+            .then(|| inner.watchdog.register(&keys, thread));
         LockGuard::new(self.clone(), keys, thread, lease_ms, status)
     }
 }

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use crate::config::{Config, LockManagerBuilder};
 use crate::error::{Error, Result};
+use crate::gate::Gates;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::stats::Stats;
 use crate::store::LockStore;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
@@ -43,6 +45,7 @@ pub(crate) struct Inner {
     // Field order is drop order: stop the threads before the store they use goes away.
     pub(crate) subscriber: Subscriber,
     pub(crate) watchdog: Watchdog,
+    pub(crate) gates: Gates,
     pub(crate) store: Arc<LockStore>,
     pub(crate) client_id: String,
     pub(crate) config: Config,
@@ -84,6 +87,7 @@ impl LockManager {
             inner: Arc::new(Inner {
                 subscriber,
                 watchdog,
+                gates: Gates::new(config.renewal_period()),
                 store,
                 client_id,
                 config,
@@ -142,6 +146,19 @@ impl LockManager {
     /// many times that thread re-entered it).
     pub fn renewing_count(&self) -> usize {
         self.inner.watchdog.len()
+    }
+
+    /// Counters of what this manager (all its clones) has sent to Redis and found, since it
+    /// started: commands, round trips, renewal sweeps, lost holds.
+    pub fn stats(&self) -> Stats {
+        self.inner.store.counters.snapshot()
+    }
+
+    /// How many threads are waiting in line behind another thread of this manager for the same
+    /// lock right now. Such threads send nothing to Redis: the thread ahead of them hands the
+    /// lock over when it releases it.
+    pub fn queued_thread_count(&self) -> usize {
+        self.inner.gates.queued_count()
     }
 
     /// How many lock channels local threads are waiting on right now.

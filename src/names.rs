@@ -11,8 +11,8 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
-/// A validated lock name with the keys derived from it.
-#[derive(Debug)]
+/// A validated lock name with the keys derived from it. Equal when the names are.
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct LockKeys {
     /// The lock key: the name itself.
     pub(crate) name: String,

@@ -8,7 +8,7 @@ use redis::Script;
 
 /// KEYS[1] lock key. ARGV[1] lease ms, ARGV[2] owner field.
 /// Replies nil when acquired (new or re-entered), else the holder's PTTL.
-const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = r#"
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -22,7 +22,7 @@ return redis.call('pttl', KEYS[1])
 /// ARGV[5] latch TTL ms.
 /// Replies the latch's value for a repeated call, nil when not the owner, 0 when still held
 /// (one hold fewer), 1 when released.
-const RELEASE: &str = r#"
+pub const RELEASE: &str = r#"
 local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
@@ -44,7 +44,7 @@ return 1
 /// KEYS: lock keys. ARGV[1] watchdog timeout ms, ARGV[i + 1] the owner field for KEYS[i].
 /// Replies one integer per key: 1 renewed, 0 the owner's hold is gone (lost).
 /// `pcall` keeps one key of the wrong type from failing the whole batch: that lock is lost.
-const RENEW: &str = r#"
+pub const RENEW: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
     if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then
@@ -60,7 +60,7 @@ return out
 /// KEYS[1] lock key, KEYS[2] unlock channel. ARGV[1] message, ARGV[2] publish command.
 /// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash is
 /// refused with WRONGTYPE instead of deleted: it is somebody's data, not a lock.
-const FORCE_UNLOCK: &str = r#"
+pub const FORCE_UNLOCK: &str = r#"
 local kind = redis.call('type', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')

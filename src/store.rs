@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::names::LockKeys;
 use crate::pool::Pool;
 use crate::scripts::Scripts;
+use crate::stats::Counters;
 
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
@@ -33,6 +34,16 @@ pub(crate) enum Attempt {
     HeldByOther(Option<u64>),
 }
 
+impl Attempt {
+    /// The acquire script's reply: nil when acquired, else the holder's PTTL.
+    fn from_reply(pttl: Option<i64>) -> Self {
+        match pttl {
+            None => Attempt::Acquired,
+            Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
+        }
+    }
+}
+
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -44,6 +55,17 @@ pub(crate) enum Release {
     NotHeld,
 }
 
+impl Release {
+    /// The release script's reply: nil when not the owner, 0 still held, 1 released.
+    fn from_reply(reply: Option<i64>) -> Self {
+        match reply {
+            None => Release::NotHeld,
+            Some(0) => Release::StillHeld,
+            Some(_) => Release::Released,
+        }
+    }
+}
+
 pub(crate) struct LockStore {
     pool: Pool,
     scripts: Scripts,
@@ -51,6 +73,8 @@ pub(crate) struct LockStore {
     publish_command: &'static str,
     latch_ttl_ms: u64,
     response_timeout: Duration,
+    /// What this client sent; the listener and the watchdog count here too.
+    pub(crate) counters: Counters,
 }
 
 impl LockStore {
@@ -76,9 +100,10 @@ impl LockStore {
             publish_command: "publish",
             latch_ttl_ms: config.latch_ttl_ms(),
             response_timeout: config.response_timeout,
+            counters: Counters::default(),
         };
         let load = Scripts::load_all();
-        store.run("loading the lock scripts", "", |conn| {
+        store.run("loading the lock scripts", "", 4, |conn| {
             load.query::<()>(conn)
         })?;
         Ok(store)
@@ -97,43 +122,73 @@ impl LockStore {
         lease_ms: u64,
         owner: &str,
     ) -> Result<Attempt> {
-        let pttl: Option<i64> = self.run("acquire", &keys.name, |conn| {
-            self.scripts
-                .acquire
-                .key(&keys.name)
-                .arg(lease_ms)
-                .arg(owner)
-                .invoke(conn)
+        let call = self.acquire_call(keys, lease_ms, owner);
+        let pttl: Option<i64> = self.run("acquire", &keys.name, 1, |conn| {
+            query_loading_scripts(conn, |conn| call.query(conn))
         })?;
-        Ok(match pttl {
-            None => Attempt::Acquired,
-            Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
-        })
+        Ok(Attempt::from_reply(pttl))
+    }
+
+    /// `EVALSHA` of the acquire script (see `scripts.rs` for its KEYS and ARGV).
+    fn acquire_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.acquire.get_hash())
+            .arg(1)
+            .arg(&keys.name)
+            .arg(lease_ms)
+            .arg(owner);
+        call
+    }
+
+    /// `EVALSHA` of the release script (see `scripts.rs` for its KEYS and ARGV).
+    fn release_call(&self, keys: &LockKeys, latch: &str, lease_ms: u64, owner: &str) -> redis::Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.release.get_hash())
+            .arg(3)
+            .arg(&keys.name)
+            .arg(&keys.channel)
+            .arg(latch)
+            .arg(UNLOCK_MESSAGE)
+            .arg(lease_ms)
+            .arg(owner)
+            .arg(self.publish_command)
+            .arg(self.latch_ttl_ms);
+        call
     }
 
     /// Releases one hold of `owner`. Idempotent: a retry after a lost reply reuses the same
     /// latch and gets the first call's answer.
     pub(crate) fn release(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> Result<Release> {
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
-        let latch = keys.latch(&request_id);
-        let reply: Option<i64> = self.run("release", &keys.name, |conn| {
-            self.scripts
-                .release
-                .key(&keys.name)
-                .key(&keys.channel)
-                .key(&latch)
-                .arg(UNLOCK_MESSAGE)
-                .arg(lease_ms)
-                .arg(owner)
-                .arg(self.publish_command)
-                .arg(self.latch_ttl_ms)
-                .invoke(conn)
+        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
+        let call = self.release_call(keys, &latch, lease_ms, owner);
+        let reply: Option<i64> = self.run("release", &keys.name, 1, |conn| {
+            query_loading_scripts(conn, |conn| call.query(conn))
         })?;
-        Ok(match reply {
-            None => Release::NotHeld,
-            Some(0) => Release::StillHeld,
-            Some(_) => Release::Released,
-        })
+        Ok(Release::from_reply(reply))
+    }
+
+    /// Releases one hold of `owner` and, in the same round trip (a pipeline), makes an acquire
+    /// attempt for `next_owner` with `next_lease_ms`: the handoff to the next local thread.
+    /// A retry resends both: the release is idempotent through its latch, and the acquire
+    /// only runs again if it never reached the server.
+    pub(crate) fn release_and_acquire(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        next_owner: &str,
+        next_lease_ms: u64,
+    ) -> Result<(Release, Attempt)> {
+        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
+        let release = self.release_call(keys, &latch, lease_ms, owner);
+        let acquire = self.acquire_call(keys, next_lease_ms, next_owner);
+        let mut pipe = redis::pipe();
+        pipe.add_command(release).add_command(acquire);
+        let (released, pttl): (Option<i64>, Option<i64>) =
+            self.run("release", &keys.name, 2, |conn| {
+                query_loading_scripts(conn, |conn| pipe.query(conn))
+            })?;
+        Ok((Release::from_reply(released), Attempt::from_reply(pttl)))
     }
 
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script
@@ -154,19 +209,21 @@ impl LockStore {
                 call.arg(*owner);
             }
         }
-        let replies: Vec<Vec<i64>> = self.run("renew", "", |conn| match pipe.query(conn) {
-            Err(err) if is_noscript(&err) => {
-                self.scripts.renew.load(conn)?;
-                pipe.query(conn)
-            }
-            other => other,
-        })?;
+        let calls = batch.len().div_ceil(RENEW_KEYS_PER_CALL) as u64;
+        let replies: Vec<Vec<i64>> =
+            self.run("renew", "", calls, |conn| match pipe.query(conn) {
+                Err(err) if is_noscript(&err) => {
+                    self.scripts.renew.load(conn)?;
+                    pipe.query(conn)
+                }
+                other => other,
+            })?;
         Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
     }
 
     /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
     pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
-        let deleted: i64 = self.run("force unlock", &keys.name, |conn| {
+        let deleted: i64 = self.run("force unlock", &keys.name, 1, |conn| {
             self.scripts
                 .force_unlock
                 .key(&keys.name)
@@ -180,7 +237,7 @@ impl LockStore {
 
     /// Whether anyone holds the lock. A key of another type is an error, not "locked".
     pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
-        let kind: String = self.run("is_locked", &keys.name, |conn| {
+        let kind: String = self.run("is_locked", &keys.name, 1, |conn| {
             redis::cmd("TYPE").arg(&keys.name).query(conn)
         })?;
         match kind.as_str() {
@@ -194,7 +251,7 @@ impl LockStore {
 
     /// How many holds `owner` has (0 when none).
     pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
-        let count: Option<i64> = self.run("hold_count", &keys.name, |conn| {
+        let count: Option<i64> = self.run("hold_count", &keys.name, 1, |conn| {
             redis::cmd("HGET").arg(&keys.name).arg(owner).query(conn)
         })?;
         let count = count.unwrap_or(0);
@@ -205,14 +262,14 @@ impl LockStore {
 
     /// Whether `owner` holds the lock.
     pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
-        self.run("is_held_by_current_thread", &keys.name, |conn| {
+        self.run("is_held_by_current_thread", &keys.name, 1, |conn| {
             redis::cmd("HEXISTS").arg(&keys.name).arg(owner).query(conn)
         })
     }
 
     /// The lock's remaining lease; `None` when it is not held or has no expiry.
     pub(crate) fn remaining_ttl(&self, keys: &LockKeys) -> Result<Option<Duration>> {
-        let (kind, pttl): (String, i64) = self.run("remaining_ttl", &keys.name, |conn| {
+        let (kind, pttl): (String, i64) = self.run("remaining_ttl", &keys.name, 2, |conn| {
             redis::pipe()
                 .cmd("TYPE")
                 .arg(&keys.name)
@@ -230,7 +287,7 @@ impl LockStore {
 
     /// Publishes `message` on `channel` (the listener's private wake-up channel).
     pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
-        self.run("publish", "", |conn| {
+        self.run("publish", "", 1, |conn| {
             redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg(message)
@@ -239,7 +296,7 @@ impl LockStore {
         Ok(())
     }
 
-    /// Runs `op` on a pooled connection.
+    /// Runs `op`, one round trip of `commands` commands, on a pooled connection.
     ///
     /// A connection that sat idle may have died with a server restart; when such a connection
     /// fails as dropped, `op` runs once more on a fresh one. Only then: a timeout is never
@@ -248,9 +305,11 @@ impl LockStore {
         &self,
         operation: &'static str,
         name: &str,
+        commands: u64,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
         let mut conn = self.pool.get()?;
+        self.counters.sent(commands);
         let err = match op(&mut conn) {
             Ok(value) => return Ok(value),
             Err(err) => err,
@@ -264,6 +323,7 @@ impl LockStore {
         conn.discard();
         log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
         let mut conn = self.pool.get_fresh()?;
+        self.counters.sent(commands);
         op(&mut conn).map_err(|err| {
             if is_broken(&err) {
                 conn.discard();
@@ -282,6 +342,29 @@ impl LockStore {
             Error::from_command(operation, name, err)
         }
     }
+}
+
+/// Runs `query`; when the server has lost the scripts (a restart, `SCRIPT FLUSH`), loads them
+/// all and runs it once more. Nothing of a call refused with NOSCRIPT ran, and the release
+/// script is idempotent, so the rerun is safe.
+fn query_loading_scripts<T>(
+    conn: &mut Connection,
+    query: impl Fn(&mut Connection) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match query(conn) {
+        Err(err) if is_noscript(&err) || has_noscript(&err) => {
+            Scripts::load_all().query::<()>(conn)?;
+            query(conn)
+        }
+        other => other,
+    }
+}
+
+/// Whether one command of a failed pipeline was refused with NOSCRIPT.
+fn has_noscript(err: &RedisError) -> bool {
+    err.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOSCRIPT"))
 }
 
 fn is_noscript(err: &RedisError) -> bool {

@@ -289,6 +289,7 @@ fn listen(shared: &Shared, inbox: &Receiver<Request>) {
 fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> RedisResult<()> {
     conn.set_read_timeout(Some(TICK))?;
     let mut pubsub = conn.as_pubsub();
+    shared.store.counters.sent(1);
     pubsub.subscribe(&shared.control_channel)?;
 
     // Start from the registry, the truth about who waits; queued requests are covered by it.
@@ -300,7 +301,7 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
         .map(|(channel, waiters)| (channel.clone(), Arc::clone(waiters)))
         .collect();
     for (channel, waiters) in &current {
-        subscribe_one(&mut pubsub, channel, waiters)?;
+        subscribe_one(shared, &mut pubsub, channel, waiters)?;
         // Releases announced while we were disconnected were missed: everyone looks again.
         waiters.release_all();
     }
@@ -313,11 +314,12 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
         while let Ok(request) = inbox.try_recv() {
             match request {
                 Request::Subscribe(channel, waiters) => {
-                    subscribe_one(&mut pubsub, &channel, &waiters)?;
+                    subscribe_one(shared, &mut pubsub, &channel, &waiters)?;
                 }
                 Request::Unsubscribe(channel) => {
                     // A new waiter may have come back since; its own request follows.
                     if !shared.channels.lock().contains_key(&channel) {
+                        shared.store.counters.sent(1);
                         pubsub.unsubscribe(&channel)?;
                     }
                 }
@@ -344,6 +346,7 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
             }
             Err(err) if err.is_timeout() => {
                 if last_traffic.elapsed() >= PING_AFTER {
+                    shared.store.counters.sent(1);
                     pubsub.ping::<redis::Value>()?;
                     last_traffic = Instant::now();
                 }
@@ -358,7 +361,13 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
 /// One channel per command on purpose: redis-rs' `PubSub::subscribe` reads a single reply, so
 /// with several channels the remaining confirmations would be read as the replies to later
 /// commands, and a later subscription would be reported live before the server made it.
-fn subscribe_one(pubsub: &mut PubSub<'_>, channel: &str, waiters: &Waiters) -> RedisResult<()> {
+fn subscribe_one(
+    shared: &Shared,
+    pubsub: &mut PubSub<'_>,
+    channel: &str,
+    waiters: &Waiters,
+) -> RedisResult<()> {
+    shared.store.counters.sent(1);
     pubsub.subscribe(channel)?;
     waiters.mark_subscribed();
     Ok(())

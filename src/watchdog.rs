@@ -263,6 +263,7 @@ fn renew(shared: &Shared, batch: &[HoldKey]) -> Option<Vec<bool>> {
         .zip(&owners)
         .map(|(h, o)| (h.keys.name.as_str(), o.as_str()))
         .collect();
+    shared.store.counters.renewal_sweep();
     match catch_unwind(AssertUnwindSafe(|| {
         shared.store.renew(&pairs, shared.timeout_ms)
     })) {
@@ -308,6 +309,7 @@ fn apply(
             Some(renewed) if renewed[i] => sent + shared.period,
             Some(_) => {
                 renewal.status.lost.store(true, Ordering::Release);
+                shared.store.counters.hold_lost();
                 log::warn!(
                     "lock {:?} was lost: the watchdog found no hold of its owner",
                     hold.keys.name
