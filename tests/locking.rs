@@ -342,17 +342,10 @@ fn renewals_of_many_locks_are_batched() -> Result<()> {
         .map(|i| manager.lock(&format!("batch:{i}")))
         .collect::<Result<_>>()?;
 
-    let evalsha_calls = |conn: &mut redis::Connection| -> u64 {
-        let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    let before = evalsha_calls(&mut conn);
+    let before = support::command_calls(&mut conn, "evalsha");
     let window = Duration::from_millis(1_200); // six renewal periods of 200 ms
     thread::sleep(window);
-    let calls = evalsha_calls(&mut conn) - before;
+    let calls = support::command_calls(&mut conn, "evalsha") - before;
     // A sweep renews everything due within half a period, 100 keys per call: 3 calls per
     // sweep and at most ~2 sweeps per period. One call per lock would be 250 per period.
     assert!(calls > 0, "renewals happened");

@@ -197,6 +197,21 @@ pub fn read_until_marker(stdout: &mut BufReader<ChildStdout>, marker: &str) -> S
     }
 }
 
+/// How many times the server ran `command` (lowercase, e.g. "evalsha"), from INFO
+/// commandstats. Commands that scripts run inside Redis count too, so use it for commands that
+/// only clients send.
+pub fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a call count"))
+}
+
 /// The number of clients of `kind` ("normal", "pubsub") connected to the server, minus the one
 /// asking.
 pub fn client_count(conn: &mut redis::Connection, kind: &str) -> usize {
