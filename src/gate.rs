@@ -9,6 +9,13 @@
 //! the acquire for the next local thread (in that thread's name and with its lease), then wakes
 //! it already holding the lock, without a trip through pub/sub.
 //!
+//! An entry exists only while a lock is contended locally: a thread that finds the lock free
+//! takes it without one, so holding many uncontended locks costs nothing here. A thread that
+//! finds it held creates the entry (it is then the one that contends in Redis) or queues in
+//! it, and the entry goes when the last queued thread has had its turn. Whether a thread
+//! already holds a lock (a reentrant acquire skips the gate) is the watchdog's registry's to
+//! say.
+//!
 //! The gate never grants a lock: Redis does. It only delays local threads, and every delay is
 //! bounded, so a turn holder that never comes back (a leaked guard, a lease that ran out, a hold
 //! the watchdog lost, a force unlock from elsewhere) cannot stall the queue: the first queued
@@ -23,8 +30,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::names::LockKeys;
 
-/// The turns of all locks a manager's threads hold or want. An entry exists only while some
-/// local thread holds, acquires or waits for that lock.
+/// The turns of the locks that threads of a manager contend for.
 pub(crate) struct Gates {
     turns: Mutex<HashMap<Arc<LockKeys>, Turn>>,
     /// How long a queued thread trusts a turn holder that renews its lock before checking
@@ -36,8 +42,6 @@ pub(crate) struct Gates {
 struct Turn {
     /// The thread that holds the lock or is acquiring it in Redis.
     owner: u64,
-    /// Holds `owner` has through this manager; the turn passes on when they reach zero.
-    holds: u32,
     /// When `owner`'s fixed lease runs out; `None` while acquiring or when renewed.
     lease_end: Option<Instant>,
     /// Threads waiting for the turn, first come first served.
@@ -69,16 +73,11 @@ enum Handoff {
 pub(crate) enum Entry {
     /// The caller has the turn (it was free or handed over): it may contend in Redis.
     Turn,
-    /// The caller already holds the lock: a reentrant acquire.
-    Reentrant,
     /// The lock was acquired in the caller's name, by the releasing thread's handoff or by
     /// the caller's own probe after its patience ran out: it holds the lock and the turn.
     Acquired,
     /// The wait passed while another local thread had the turn.
     TimedOut,
-    /// Another local thread has the turn but its fixed lease is over: the caller may attempt
-    /// in Redis without the turn, and takes it over if Redis gives it the lock.
-    Outside,
 }
 
 /// The next queued thread, to be acquired for in a releasing thread's pipeline.
@@ -124,7 +123,7 @@ impl Gates {
                     turns.insert(Arc::clone(keys), Turn::new(thread));
                     return Ok(Entry::Turn);
                 }
-                Some(turn) if turn.owner == thread => return Ok(Entry::Reentrant),
+                Some(turn) if turn.owner == thread => return Ok(Entry::Turn),
                 Some(turn) => {
                     let queued = Arc::new(Queued {
                         thread,
@@ -137,8 +136,13 @@ impl Gates {
                 }
             }
         };
-        let mut patience_end = self.patience_end(keys, Instant::now());
+        // Trust in the turn holder runs out one period after the last look, or when its fixed
+        // lease does (the holder may take the lock, and so set a lease, while this one waits).
+        let mut trusted_until = Instant::now() + self.patience;
         loop {
+            let patience_end = self
+                .lease_end(keys)
+                .map_or(trusted_until, |end| end.min(trusted_until));
             let until = deadline.map_or(patience_end, |d| d.min(patience_end));
             if let Some(entry) = queued.wait_until(until) {
                 return Ok(entry);
@@ -151,7 +155,7 @@ impl Gates {
                 continue; // spurious wake-up
             }
             if !self.is_first(keys, &queued) {
-                patience_end = now + self.patience;
+                trusted_until = now + self.patience;
                 continue;
             }
             match probe() {
@@ -159,11 +163,16 @@ impl Gates {
                     self.take_over(keys, thread);
                     return Ok(Entry::Acquired);
                 }
-                Ok(Some(ttl)) => patience_end = Instant::now() + ttl.min(self.patience),
+                Ok(Some(ttl)) => {
+                    // Held after all (by the turn holder or someone else): look again when that
+                    // hold's lease says, and no later than one period.
+                    self.forget_lease(keys);
+                    trusted_until = Instant::now() + ttl.min(self.patience);
+                }
                 Err(err) => {
                     if self.leave_queue(keys, &queued) != Entry::TimedOut {
                         // Handed the turn just now: pass it on, since this thread is leaving.
-                        self.leave(keys, thread, false);
+                        self.leave(keys, thread);
                     }
                     return Err(err);
                 }
@@ -171,76 +180,86 @@ impl Gates {
         }
     }
 
-    /// Takes the turn if nobody local has it (or the caller has it already), without waiting;
-    /// `None` when another local thread holds or is acquiring the lock.
-    pub(crate) fn try_enter(&self, keys: &Arc<LockKeys>, thread: u64) -> Option<Entry> {
-        let mut turns = self.turns.lock();
-        match turns.get_mut(keys) {
-            None => {
-                turns.insert(Arc::clone(keys), Turn::new(thread));
-                Some(Entry::Turn)
+    /// Whether `thread` may make a single attempt now, without queueing: no local thread
+    /// contends for the lock, or the caller has the turn, or the turn holder's fixed lease is
+    /// over.
+    pub(crate) fn may_attempt(&self, keys: &Arc<LockKeys>, thread: u64) -> bool {
+        let turns = self.turns.lock();
+        match turns.get(keys) {
+            None => true,
+            Some(turn) => {
+                turn.owner == thread || turn.lease_end.is_some_and(|end| end <= Instant::now())
             }
-            Some(turn) if turn.owner == thread => Some(Entry::Reentrant),
-            Some(turn) if turn.lease_end.is_some_and(|end| end <= Instant::now()) => {
-                Some(Entry::Outside)
-            }
-            Some(_) => None,
         }
     }
 
-    /// Redis gave `thread` the lock without the turn (a probe, or an attempt past the
-    /// holder's lease): the former holder's hold is gone, so the turn is `thread`'s now.
-    pub(crate) fn take_over(&self, keys: &Arc<LockKeys>, thread: u64) {
-        let mut turns = self.turns.lock();
-        let turn = turns
-            .entry(Arc::clone(keys))
-            .or_insert_with(|| Turn::new(thread));
-        turn.queue.retain(|q| q.thread != thread);
-        turn.owner = thread;
-        turn.holds = 0;
-        turn.lease_end = None;
+    /// Whether threads of this manager contend for the lock (a thread that wants it should
+    /// queue rather than attempt).
+    pub(crate) fn is_contended(&self, keys: &Arc<LockKeys>) -> bool {
+        self.turns.lock().contains_key(keys)
     }
 
-    /// The turn holder got one more hold; `lease` is its fixed lease (`None`: renewed).
+    /// Redis gave `thread` the lock without the turn (a probe, or an attempt past the
+    /// holder's lease): the former holder's hold is gone, so the turn, if the lock is
+    /// contended, is `thread`'s now.
+    pub(crate) fn take_over(&self, keys: &Arc<LockKeys>, thread: u64) {
+        let mut turns = self.turns.lock();
+        if let Some(turn) = turns.get_mut(keys) {
+            turn.queue.retain(|q| q.thread != thread);
+            turn.owner = thread;
+            turn.lease_end = None;
+        }
+    }
+
+    /// `thread` acquired the lock; `lease` is its fixed lease (`None`: renewed), which bounds
+    /// how long queued threads trust it.
     pub(crate) fn acquired(&self, keys: &Arc<LockKeys>, thread: u64, lease: Option<Duration>) {
         let mut turns = self.turns.lock();
         if let Some(turn) = turns.get_mut(keys) {
             if turn.owner == thread {
-                turn.holds += 1;
                 turn.lease_end = lease.map(|lease| Instant::now() + lease);
+                if turn.lease_end.is_some() {
+                    // The first in line may be sleeping longer than this lease: let it look.
+                    if let Some(first) = turn.queue.front() {
+                        first.wake.notify_one();
+                    }
+                }
             }
         }
     }
 
-    /// Releases one of `thread`'s holds through `release`. When it is the thread's last hold
-    /// and another local thread is queued, `release` gets that [`Successor`] and should acquire
-    /// in its name in the same round trip, returning (besides its own result) whether that
-    /// acquire succeeded; the successor is then woken with the turn, and the lock if it got it.
+    /// Releases one of `thread`'s holds through `release`. When it is the thread's `last`
+    /// hold, it has the turn and another local thread is queued, `release` gets that
+    /// [`Successor`] and should acquire in its name in the same round trip, returning (besides
+    /// its own result) whether that acquire succeeded; the successor is then woken with the
+    /// turn, and the lock if it got it.
     pub(crate) fn release<R>(
         &self,
         keys: &Arc<LockKeys>,
         thread: u64,
+        last: bool,
         release: impl FnOnce(Option<&Successor>) -> (R, bool),
     ) -> R {
-        let successor = {
+        let successor = if last {
             let mut turns = self.turns.lock();
             match turns.get_mut(keys) {
-                Some(turn) if turn.owner == thread && turn.holds <= 1 => {
-                    turn.queue.pop_front().map(|queued| {
-                        turn.owner = queued.thread;
-                        turn.holds = 0;
-                        turn.lease_end = None;
-                        *queued.state.lock() = Handoff::InFlight;
-                        Successor { queued }
-                    })
-                }
+                Some(turn) if turn.owner == thread => turn.queue.pop_front().map(|queued| {
+                    turn.owner = queued.thread;
+                    turn.lease_end = None;
+                    *queued.state.lock() = Handoff::InFlight;
+                    Successor { queued }
+                }),
                 _ => None,
             }
+        } else {
+            None
         };
         let Some(successor) = successor else {
             let (result, _) = release(None);
-            // After the reply, so that the next local thread's attempt finds the lock free.
-            self.leave(keys, thread, true);
+            if last {
+                // After the reply, so that the next local thread's attempt finds the lock free.
+                self.leave(keys, thread);
+            }
             return result;
         };
         // Whatever happens in `release`, even a panic, the successor must be woken.
@@ -253,21 +272,15 @@ impl Gates {
         result
     }
 
-    /// `thread` released one hold (or gave up acquiring, with `released_hold` false): when it
-    /// has none left, the turn passes to the first queued thread, which then contends itself.
-    pub(crate) fn leave(&self, keys: &Arc<LockKeys>, thread: u64, released_hold: bool) {
+    /// `thread` is done with the lock (released its last hold, or gave up acquiring): if it
+    /// had the turn, the turn passes to the first queued thread, which then contends itself.
+    pub(crate) fn leave(&self, keys: &Arc<LockKeys>, thread: u64) {
         let mut turns = self.turns.lock();
         let Some(turn) = turns.get_mut(keys) else {
             return;
         };
         if turn.owner != thread {
-            return; // the turn was taken over after this thread's hold was found gone
-        }
-        if released_hold {
-            turn.holds = turn.holds.saturating_sub(1);
-        }
-        if turn.holds > 0 {
-            return;
+            return; // not its turn: it held the lock before contention, or was taken over
         }
         match turn.queue.pop_front() {
             Some(next) => {
@@ -284,17 +297,11 @@ impl Gates {
     /// A force unlock through this manager: whoever had the turn lost its hold, so the turn
     /// passes on at once.
     pub(crate) fn reset(&self, keys: &Arc<LockKeys>) {
-        let owner = {
-            let mut turns = self.turns.lock();
-            match turns.get_mut(keys) {
-                Some(turn) => {
-                    turn.holds = 0;
-                    turn.owner
-                }
-                None => return,
-            }
+        let owner = match self.turns.lock().get(keys) {
+            Some(turn) => turn.owner,
+            None => return,
         };
-        self.leave(keys, owner, false);
+        self.leave(keys, owner);
     }
 
     /// How many threads wait in line behind another local thread (for tests and diagnostics).
@@ -306,12 +313,17 @@ impl Gates {
             .sum()
     }
 
-    /// When a queued thread stops trusting the current turn holder.
-    fn patience_end(&self, keys: &Arc<LockKeys>, now: Instant) -> Instant {
-        let turns = self.turns.lock();
-        let lease_end = turns.get(keys).and_then(|turn| turn.lease_end);
-        let renewed = now + self.patience;
-        lease_end.map_or(renewed, |end| end.min(renewed))
+    /// When the turn holder's fixed lease runs out, if it holds the lock with one.
+    fn lease_end(&self, keys: &Arc<LockKeys>) -> Option<Instant> {
+        self.turns.lock().get(keys).and_then(|turn| turn.lease_end)
+    }
+
+    /// A probe found the lock still held past the turn holder's lease (it was re-entered or
+    /// is someone else's): the lease no longer bounds the wait.
+    fn forget_lease(&self, keys: &Arc<LockKeys>) {
+        if let Some(turn) = self.turns.lock().get_mut(keys) {
+            turn.lease_end = None;
+        }
     }
 
     fn is_first(&self, keys: &Arc<LockKeys>, queued: &Arc<Queued>) -> bool {
@@ -360,7 +372,6 @@ impl Turn {
     fn new(owner: u64) -> Self {
         Turn {
             owner,
-            holds: 0,
             lease_end: None,
             queue: VecDeque::new(),
         }
@@ -368,7 +379,8 @@ impl Turn {
 }
 
 impl Queued {
-    /// Sleeps until handed the turn or `until`; `None` when still waiting.
+    /// Sleeps until handed the turn, `until`, or a nudge to look again; `None` when still
+    /// waiting.
     fn wait_until(&self, until: Instant) -> Option<Entry> {
         let mut state = self.state.lock();
         loop {
@@ -380,11 +392,9 @@ impl Queued {
                     self.wake.wait(&mut state);
                 }
                 Handoff::Waiting => {
-                    if self.wake.wait_until(&mut state, until).timed_out() {
-                        return match *state {
-                            Handoff::Waiting => None,
-                            _ => continue,
-                        };
+                    self.wake.wait_until(&mut state, until);
+                    if *state == Handoff::Waiting {
+                        return None; // timed out, or woken to look at the turn again
                     }
                 }
             }

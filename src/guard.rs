@@ -21,7 +21,6 @@ use crate::watchdog::HoldStatus;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lock: Lock,
-    keys: Arc<LockKeys>,
     thread: u64,
     lease_ms: u64,
     /// Present when the watchdog renews this hold.
@@ -32,14 +31,12 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(
         lock: Lock,
-        keys: Arc<LockKeys>,
         thread: u64,
         lease_ms: u64,
         renewal: Option<Arc<HoldStatus>>,
     ) -> Self {
         LockGuard {
             lock,
-            keys,
             thread,
             lease_ms,
             renewal,
@@ -61,7 +58,11 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        self.lock.name()
+    }
+
+    fn keys(&self) -> &Arc<LockKeys> {
+        self.lock.valid_keys()
     }
 
     /// The [`Lock`] handle this guard holds.
@@ -87,38 +88,40 @@ impl LockGuard {
         let inner = &self.lock.manager().inner;
         let owner = owner_field(&inner.client_id, self.thread);
         let renewing =
-            self.renewal.is_some() || inner.watchdog.is_renewing(&self.keys, self.thread);
+            self.renewal.is_some() || inner.watchdog.is_renewing(self.keys(), self.thread);
         // Holds that remain keep the lease the watchdog gives them, if it renews them.
         let lease_ms = if renewing {
             inner.config.watchdog_timeout_ms
         } else {
             self.lease_ms
         };
-        let outcome = inner.gates.release(&self.keys, self.thread, |successor| {
-            let Some(next) = successor else {
-                return (inner.store.release(&self.keys, lease_ms, &owner), false);
-            };
-            // The next local thread's acquire rides in the same round trip.
-            let next_owner = owner_field(&inner.client_id, next.thread());
-            match inner.store.release_and_acquire(
-                &self.keys,
-                lease_ms,
-                &owner,
-                &next_owner,
-                next.lease_ms(),
-            ) {
-                Ok((released, attempt)) => (Ok(released), attempt == Attempt::Acquired),
-                Err(err) => (Err(err), false),
-            }
-        });
-        if self.renewal.is_some() {
-            // Whatever the outcome, nothing will release this hold later: stop renewing it.
-            inner.watchdog.unregister(&self.keys, self.thread);
-        }
+        // Count the hold off first: whether it was this thread's last decides the handoff.
+        let left = inner
+            .watchdog
+            .unregister(self.keys(), self.thread, self.renewal.is_some());
+        let outcome = inner
+            .gates
+            .release(self.keys(), self.thread, left == 0, |successor| {
+                let Some(next) = successor else {
+                    return (inner.store.release(self.keys(), lease_ms, &owner), false);
+                };
+                // The next local thread's acquire rides in the same round trip.
+                let next_owner = owner_field(&inner.client_id, next.thread());
+                match inner.store.release_and_acquire(
+                    self.keys(),
+                    lease_ms,
+                    &owner,
+                    &next_owner,
+                    next.lease_ms(),
+                ) {
+                    Ok((released, attempt)) => (Ok(released), attempt == Attempt::Acquired),
+                    Err(err) => (Err(err), false),
+                }
+            });
         match outcome? {
             Release::Released | Release::StillHeld => Ok(()),
             Release::NotHeld => Err(Error::NotHeld {
-                name: self.keys.name.clone(),
+                name: self.name().to_string(),
             }),
         }
     }
@@ -130,7 +133,7 @@ impl Drop for LockGuard {
             return;
         }
         if let Err(err) = self.release() {
-            log::warn!("releasing lock {:?} on drop failed: {err}", self.keys.name);
+            log::warn!("releasing lock {:?} on drop failed: {err}", self.name());
         }
     }
 }
@@ -138,7 +141,7 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.keys.name)
+            .field("name", &self.name())
             .field("thread", &self.thread)
             .field("lease", &self.lease())
             .finish()

@@ -35,23 +35,32 @@ const NO_TTL_POLL: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct Lock {
     manager: LockManager,
-    name: Arc<str>,
-    /// `None` when the name is invalid; each operation then reports why.
-    keys: Option<Arc<LockKeys>>,
+    name: Name,
+}
+
+/// A lock's name: checked once, when the handle is made; an invalid one is kept to report
+/// why at each operation.
+#[derive(Clone)]
+enum Name {
+    Valid(Arc<LockKeys>),
+    Invalid(Arc<str>),
 }
 
 impl Lock {
     pub(crate) fn new(manager: LockManager, name: &str) -> Self {
-        Lock {
-            manager,
-            name: Arc::from(name),
-            keys: LockKeys::new(name).ok().map(Arc::new),
-        }
+        let name = match LockKeys::new(name) {
+            Ok(keys) => Name::Valid(Arc::new(keys)),
+            Err(_) => Name::Invalid(Arc::from(name)),
+        };
+        Lock { manager, name }
     }
 
     /// The lock's name, which is also its Redis key.
     pub fn name(&self) -> &str {
-        &self.name
+        match &self.name {
+            Name::Valid(keys) => &keys.name,
+            Name::Invalid(name) => name,
+        }
     }
 
     pub(crate) fn manager(&self) -> &LockManager {
@@ -59,9 +68,19 @@ impl Lock {
     }
 
     fn keys(&self) -> Result<&Arc<LockKeys>> {
-        match &self.keys {
-            Some(keys) => Ok(keys),
-            None => Err(LockKeys::new(&self.name).expect_err("keys are None only for bad names")),
+        match &self.name {
+            Name::Valid(keys) => Ok(keys),
+            Name::Invalid(name) => {
+                Err(LockKeys::new(name).expect_err("only invalid names are kept as Invalid"))
+            }
+        }
+    }
+
+    /// The keys of a lock that was acquired, so whose name is valid.
+    pub(crate) fn valid_keys(&self) -> &Arc<LockKeys> {
+        match &self.name {
+            Name::Valid(keys) => keys,
+            Name::Invalid(_) => unreachable!("a lock with an invalid name is never acquired"),
         }
     }
 
@@ -162,63 +181,68 @@ impl Lock {
         let thread = current_thread_number();
         let owner = owner_field(&inner.client_id, thread);
         let attempt = || inner.store.try_acquire(keys, lease_ms, &owner);
+        let acquired = |this: &Self| Ok(Some(this.granted(thread, lease_ms, lease)));
 
-        let entry = if wait == Some(Duration::ZERO) {
-            // One attempt, no queueing; a local thread with the turn holds or wants the lock.
-            match inner.gates.try_enter(keys, thread) {
-                Some(entry) => entry,
-                None => return Ok(None),
+        // Reentrant: this thread holds the lock already, so no local thread can be ahead.
+        let reentrant = inner.watchdog.holds(keys, thread) > 0;
+        if wait == Some(Duration::ZERO) {
+            // One attempt and no queueing; while a local thread has the turn, the lock is
+            // held or about to be, and the answer is no without asking.
+            if !reentrant && !inner.gates.may_attempt(keys, thread) {
+                return Ok(None);
             }
-        } else {
-            inner.gates.enter(keys, thread, lease_ms, deadline, || {
-                Ok::<_, Error>(match attempt()? {
-                    Attempt::Acquired => None,
-                    Attempt::HeldByOther(ttl) => {
-                        Some(ttl.map_or(NO_TTL_POLL, Duration::from_millis))
-                    }
-                })
-            })?
-        };
+            return match attempt()? {
+                Attempt::Acquired => {
+                    inner.gates.take_over(keys, thread);
+                    acquired(self)
+                }
+                Attempt::HeldByOther(_) => Ok(None),
+            };
+        }
+        let mut attempted = false;
+        if reentrant || !inner.gates.is_contended(keys) {
+            // Uncontended here: one attempt, and no entry in the gate unless it fails.
+            if attempt()? == Attempt::Acquired {
+                return acquired(self);
+            }
+            attempted = true;
+        }
+        let entry = inner.gates.enter(keys, thread, lease_ms, deadline, || {
+            Ok::<_, Error>(match attempt()? {
+                Attempt::Acquired => None,
+                Attempt::HeldByOther(ttl) => Some(ttl.map_or(NO_TTL_POLL, Duration::from_millis)),
+            })
+        })?;
         match entry {
             Entry::TimedOut => return Ok(None),
-            Entry::Acquired => return Ok(Some(self.granted(thread, lease_ms, lease))),
-            Entry::Outside => {
-                // The turn holder's fixed lease is over; one attempt decides.
-                return Ok(match attempt()? {
-                    Attempt::Acquired => {
-                        inner.gates.take_over(keys, thread);
-                        Some(self.granted(thread, lease_ms, lease))
-                    }
-                    Attempt::HeldByOther(_) => None,
-                });
-            }
-            Entry::Turn | Entry::Reentrant => {}
+            Entry::Acquired => return acquired(self),
+            Entry::Turn => {}
         }
-        let outcome = self.contend(keys, deadline, &attempt);
-        match outcome {
-            Ok(true) => Ok(Some(self.granted(thread, lease_ms, lease))),
+        match self.contend(keys, deadline, attempted, &attempt) {
+            Ok(true) => acquired(self),
             Ok(false) => {
-                inner.gates.leave(keys, thread, false);
+                inner.gates.leave(keys, thread);
                 Ok(None)
             }
             Err(err) => {
-                inner.gates.leave(keys, thread, false);
+                inner.gates.leave(keys, thread);
                 Err(err)
             }
         }
     }
 
-    /// The Redis side of acquiring, for the thread with the turn: attempt; on failure
-    /// subscribe, attempt again (a release may have been announced before the subscription),
-    /// then sleep until a release message or the holder's TTL, and repeat. `Ok(false)` when
-    /// the deadline passed.
+    /// The Redis side of acquiring, for the thread with the turn: attempt (unless `attempted`
+    /// just now); on failure subscribe, attempt again (a release may have been announced
+    /// before the subscription), then sleep until a release message or the holder's TTL, and
+    /// repeat. `Ok(false)` when the deadline passed.
     fn contend(
         &self,
         keys: &LockKeys,
         deadline: Option<Instant>,
+        attempted: bool,
         attempt: &dyn Fn() -> Result<Attempt>,
     ) -> Result<bool> {
-        if attempt()? == Attempt::Acquired {
+        if !attempted && attempt()? == Attempt::Acquired {
             return Ok(true);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -228,7 +252,7 @@ impl Lock {
             .manager
             .inner
             .subscriber
-            .subscribe(&keys.channel, deadline);
+            .subscribe(&keys.channel(), deadline);
         loop {
             // The first pass closes the race with a release announced before we subscribed.
             let holder_ttl = match attempt()? {
@@ -248,18 +272,17 @@ impl Lock {
     }
 
     fn granted(&self, thread: u64, lease_ms: u64, lease: Option<Duration>) -> LockGuard {
-        let keys = Arc::clone(self.keys.as_ref().expect("acquired, so the name is valid"));
+        let keys = self.valid_keys();
         let inner = &self.manager.inner;
-        inner.gates.acquired(&keys, thread, lease);
-        let status = lease
-            .is_none()
-            .then(|| inner.watchdog.register(&keys, thread));
-        LockGuard::new(self.clone(), keys, thread, lease_ms, status)
+        inner.gates.acquired(keys, thread, lease);
+        let status = inner.watchdog.register(keys, thread, lease.is_none());
+        let renewal = lease.is_none().then_some(status);
+        LockGuard::new(self.clone(), thread, lease_ms, renewal)
     }
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).finish()
+        f.debug_struct("Lock").field("name", &self.name()).finish()
     }
 }

@@ -11,22 +11,25 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
-/// A validated lock name with the keys derived from it. Equal when the names are.
+/// A validated lock name, and the keys derived from it. Equal when the names are.
+///
+/// Only the name is stored: one is kept per held lock, and the channel is needed only to wait
+/// or to release, where building it costs nothing next to the round trip.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct LockKeys {
     /// The lock key: the name itself.
-    pub(crate) name: String,
-    /// `redisson_lock__channel:{name}`.
-    pub(crate) channel: String,
+    pub(crate) name: Box<str>,
 }
 
 impl LockKeys {
     pub(crate) fn new(name: &str) -> Result<Self> {
         check_name(name)?;
-        Ok(LockKeys {
-            name: name.to_owned(),
-            channel: prefixed(CHANNEL_PREFIX, name),
-        })
+        Ok(LockKeys { name: name.into() })
+    }
+
+    /// `redisson_lock__channel:{name}`, where releases are announced.
+    pub(crate) fn channel(&self) -> String {
+        prefixed(CHANNEL_PREFIX, &self.name)
     }
 
     /// The latch key for one unlock call, identified by `request_id`.
@@ -72,9 +75,9 @@ mod tests {
     #[test]
     fn channel_follows_the_brace_rule() {
         let plain = LockKeys::new("orders:42").unwrap();
-        assert_eq!(plain.channel, "redisson_lock__channel:{orders:42}");
+        assert_eq!(plain.channel(), "redisson_lock__channel:{orders:42}");
         let tagged = LockKeys::new("{orders}:42").unwrap();
-        assert_eq!(tagged.channel, "redisson_lock__channel:{orders}:42");
+        assert_eq!(tagged.channel(), "redisson_lock__channel:{orders}:42");
     }
 
     #[test]

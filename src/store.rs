@@ -134,7 +134,7 @@ impl LockStore {
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.acquire.get_hash())
             .arg(1)
-            .arg(&keys.name)
+            .arg(&*keys.name)
             .arg(lease_ms)
             .arg(owner);
         call
@@ -145,8 +145,8 @@ impl LockStore {
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.release.get_hash())
             .arg(3)
-            .arg(&keys.name)
-            .arg(&keys.channel)
+            .arg(&*keys.name)
+            .arg(keys.channel())
             .arg(latch)
             .arg(UNLOCK_MESSAGE)
             .arg(lease_ms)
@@ -226,8 +226,8 @@ impl LockStore {
         let deleted: i64 = self.run("force unlock", &keys.name, 1, |conn| {
             self.scripts
                 .force_unlock
-                .key(&keys.name)
-                .key(&keys.channel)
+                .key(&*keys.name)
+                .key(keys.channel())
                 .arg(UNLOCK_MESSAGE)
                 .arg(self.publish_command)
                 .invoke(conn)
@@ -238,13 +238,13 @@ impl LockStore {
     /// Whether anyone holds the lock. A key of another type is an error, not "locked".
     pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
         let kind: String = self.run("is_locked", &keys.name, 1, |conn| {
-            redis::cmd("TYPE").arg(&keys.name).query(conn)
+            redis::cmd("TYPE").arg(&*keys.name).query(conn)
         })?;
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
             _ => Err(Error::WrongType {
-                name: keys.name.clone(),
+                name: keys.name.to_string(),
             }),
         }
     }
@@ -252,18 +252,21 @@ impl LockStore {
     /// How many holds `owner` has (0 when none).
     pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
         let count: Option<i64> = self.run("hold_count", &keys.name, 1, |conn| {
-            redis::cmd("HGET").arg(&keys.name).arg(owner).query(conn)
+            redis::cmd("HGET").arg(&*keys.name).arg(owner).query(conn)
         })?;
         let count = count.unwrap_or(0);
         u32::try_from(count).map_err(|_| Error::WrongType {
-            name: keys.name.clone(),
+            name: keys.name.to_string(),
         })
     }
 
     /// Whether `owner` holds the lock.
     pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
         self.run("is_held_by_current_thread", &keys.name, 1, |conn| {
-            redis::cmd("HEXISTS").arg(&keys.name).arg(owner).query(conn)
+            redis::cmd("HEXISTS")
+                .arg(&*keys.name)
+                .arg(owner)
+                .query(conn)
         })
     }
 
@@ -272,14 +275,14 @@ impl LockStore {
         let (kind, pttl): (String, i64) = self.run("remaining_ttl", &keys.name, 2, |conn| {
             redis::pipe()
                 .cmd("TYPE")
-                .arg(&keys.name)
+                .arg(&*keys.name)
                 .cmd("PTTL")
-                .arg(&keys.name)
+                .arg(&*keys.name)
                 .query(conn)
         })?;
         if kind != "hash" && kind != "none" {
             return Err(Error::WrongType {
-                name: keys.name.clone(),
+                name: keys.name.to_string(),
             });
         }
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))

@@ -1,4 +1,6 @@
-//! The watchdog: one thread per manager that keeps the leases of held locks alive.
+//! The watchdog: one thread per manager that keeps the leases of held locks alive, and the
+//! manager's registry of which local thread holds which lock (fixed-lease holds included,
+//! though only renewed ones are renewed).
 //!
 //! Held locks sit in a min-heap ordered by their next renewal time; the thread sleeps on a
 //! condvar until the earliest one is due (r2d2's scheduled-thread-pool pattern). When it
@@ -58,8 +60,11 @@ impl Hash for HoldKey {
 struct Renewal {
     /// Guards of this thread on this lock that asked for renewal.
     holds: u32,
-    /// When the next renewal is due; the heap entry with another time is stale.
-    due: Instant,
+    /// Guards of this thread on this lock with a fixed lease (not renewed, only counted).
+    fixed: u32,
+    /// When the next renewal is due; the heap entry with another time is stale, and `None`
+    /// while no guard asks for renewal.
+    due: Option<Instant>,
     status: Arc<HoldStatus>,
 }
 
@@ -138,27 +143,38 @@ impl Watchdog {
         })
     }
 
-    /// Starts renewing `thread`'s hold on `keys` (or counts one more guard on it).
-    pub(crate) fn register(&self, keys: &Arc<LockKeys>, thread: u64) -> Arc<HoldStatus> {
+    /// Records one more hold of `thread` on `keys`; `renewed` ones are renewed from now on.
+    pub(crate) fn register(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        renewed: bool,
+    ) -> Arc<HoldStatus> {
         let hold = HoldKey {
             keys: Arc::clone(keys),
             thread,
         };
         let mut state = self.shared.state.lock();
-        if let Some(renewal) = state.renewals.get_mut(&hold) {
-            renewal.holds += 1;
-            return Arc::clone(&renewal.status);
+        let renewal = state
+            .renewals
+            .entry(hold.clone())
+            .or_insert_with(|| Renewal {
+                holds: 0,
+                fixed: 0,
+                due: None,
+                status: Arc::new(HoldStatus::default()),
+            });
+        let status = Arc::clone(&renewal.status);
+        if !renewed {
+            renewal.fixed += 1;
+            return status;
+        }
+        renewal.holds += 1;
+        if renewal.due.is_some() {
+            return status;
         }
         let due = Instant::now() + self.shared.period;
-        let status = Arc::new(HoldStatus::default());
-        state.renewals.insert(
-            hold.clone(),
-            Renewal {
-                holds: 1,
-                due,
-                status: Arc::clone(&status),
-            },
-        );
+        renewal.due = Some(due);
         let earliest = state.heap.peek().is_none_or(|top| due < top.at);
         state.heap.push(Due { at: due, hold });
         if earliest {
@@ -167,19 +183,43 @@ impl Watchdog {
         status
     }
 
-    /// One guard fewer on `thread`'s hold on `keys`; the last one stops the renewal.
-    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64) {
+    /// One hold fewer of `thread` on `keys`; the last renewed one stops the renewal. Returns
+    /// how many holds the thread has left on the lock.
+    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64, renewed: bool) -> u32 {
         let hold = HoldKey {
             keys: Arc::clone(keys),
             thread,
         };
         let mut state = self.shared.state.lock();
-        if let Some(renewal) = state.renewals.get_mut(&hold) {
-            renewal.holds -= 1;
+        let Some(renewal) = state.renewals.get_mut(&hold) else {
+            return 0;
+        };
+        if renewed {
+            renewal.holds = renewal.holds.saturating_sub(1);
             if renewal.holds == 0 {
-                state.renewals.remove(&hold);
+                renewal.due = None; // its heap entry is stale now
             }
+        } else {
+            renewal.fixed = renewal.fixed.saturating_sub(1);
         }
+        let left = renewal.holds + renewal.fixed;
+        if left == 0 {
+            state.renewals.remove(&hold);
+        }
+        left
+    }
+
+    /// How many holds `thread` has on `keys` through this manager.
+    pub(crate) fn holds(&self, keys: &Arc<LockKeys>, thread: u64) -> u32 {
+        let hold = HoldKey {
+            keys: Arc::clone(keys),
+            thread,
+        };
+        let state = self.shared.state.lock();
+        state
+            .renewals
+            .get(&hold)
+            .map_or(0, |renewal| renewal.holds + renewal.fixed)
     }
 
     /// Whether `thread`'s hold on `keys` is being renewed.
@@ -188,12 +228,14 @@ impl Watchdog {
             keys: Arc::clone(keys),
             thread,
         };
-        self.shared.state.lock().renewals.contains_key(&hold)
+        let state = self.shared.state.lock();
+        state.renewals.get(&hold).is_some_and(|r| r.holds > 0)
     }
 
     /// How many holds are being renewed (for tests and diagnostics).
     pub(crate) fn len(&self) -> usize {
-        self.shared.state.lock().renewals.len()
+        let state = self.shared.state.lock();
+        state.renewals.values().filter(|r| r.holds > 0).count()
     }
 }
 
@@ -244,7 +286,7 @@ fn take_due(state: &mut State, horizon: Instant) -> Vec<HoldKey> {
             break;
         }
         let Due { at, hold } = state.heap.pop().expect("peeked");
-        let live = state.renewals.get(&hold).is_some_and(|r| r.due == at);
+        let live = state.renewals.get(&hold).is_some_and(|r| r.due == Some(at));
         if live {
             batch.push(hold);
         }
@@ -261,7 +303,7 @@ fn renew(shared: &Shared, batch: &[HoldKey]) -> Option<Vec<bool>> {
     let pairs: Vec<(&str, &str)> = batch
         .iter()
         .zip(&owners)
-        .map(|(h, o)| (h.keys.name.as_str(), o.as_str()))
+        .map(|(h, o)| (&*h.keys.name, o.as_str()))
         .collect();
     shared.store.counters.renewal_sweep();
     match catch_unwind(AssertUnwindSafe(|| {
@@ -305,6 +347,9 @@ fn apply(
         let Some(renewal) = state.renewals.get_mut(&hold) else {
             continue; // released while the sweep was in flight
         };
+        if renewal.due.is_none() {
+            continue; // no renewed hold left while the sweep was in flight
+        }
         let next = match &outcome {
             Some(renewed) if renewed[i] => sent + shared.period,
             Some(_) => {
@@ -319,7 +364,7 @@ fn apply(
             }
             None => retry_at,
         };
-        renewal.due = next;
+        renewal.due = Some(next);
         state.heap.push(Due { at: next, hold });
     }
 }

@@ -58,66 +58,160 @@ fn contending_threads_send_one_acquire_and_one_release_per_critical_section() ->
     Ok(())
 }
 
+/// How the turn holder in [`line_up`] takes the lock.
+#[derive(Clone, Copy)]
+enum Mode {
+    Renewed,
+    Lease(Duration),
+}
+
+/// A thread of a manager with the turn and the lock (taken in a [`Mode`]), and a second
+/// thread queued behind it. Built without sleeps: the main thread holds the lock first, the
+/// turn holder then waits for it in Redis (its subscription is live), the second thread
+/// queues, and the main thread's release lets the turn holder in.
+struct Line {
+    /// Tells the turn holder to unlock; it answers with its result and the commands and round
+    /// trips its unlock sent.
+    unlock: mpsc::Sender<()>,
+    unlocked: mpsc::Receiver<(Result<()>, u64, u64)>,
+    /// When the queued thread got the lock.
+    next_acquired: mpsc::Receiver<Instant>,
+    /// Tells the queued thread to look at its hold; it answers with what it saw.
+    inspect: mpsc::Sender<()>,
+    inspected: mpsc::Receiver<(bool, u32)>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+fn line_up(server: &RedisServer, manager: &LockManager, name: &str, mode: Mode) -> Line {
+    let mut conn = server.conn();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let first = manager.lock(name).expect("first lock");
+
+    let (acquired_tx, acquired) = mpsc::channel();
+    let (unlock, unlock_rx) = mpsc::channel::<()>();
+    let (unlocked_tx, unlocked) = mpsc::channel();
+    let holder = {
+        let (manager, name) = (manager.clone(), name.to_owned());
+        thread::spawn(move || {
+            let guard = match mode {
+                Mode::Renewed => manager.lock(&name),
+                Mode::Lease(lease) => manager.lock_with_lease(&name, lease),
+            }
+            .expect("turn holder lock");
+            acquired_tx.send(()).unwrap();
+            unlock_rx.recv().unwrap();
+            let before = manager.stats();
+            let result = guard.unlock();
+            let after = manager.stats();
+            let sent = (
+                after.commands - before.commands,
+                after.round_trips - before.round_trips,
+            );
+            unlocked_tx.send((result, sent.0, sent.1)).unwrap();
+        })
+    };
+    assert!(support::await_subscribers(&mut conn, &channel, 1));
+
+    let (next_tx, next_acquired) = mpsc::channel();
+    let (inspect, inspect_rx) = mpsc::channel::<()>();
+    let (inspected_tx, inspected) = mpsc::channel();
+    let next = {
+        let (manager, name) = (manager.clone(), name.to_owned());
+        thread::spawn(move || {
+            let guard = manager.lock(&name).expect("queued thread's lock");
+            next_tx.send(Instant::now()).unwrap();
+            // Only when asked, so that the turn holder's unlock is counted alone.
+            inspect_rx.recv().unwrap();
+            let held = guard.lock().is_held_by_current_thread().expect("inspect");
+            let count = guard.lock().hold_count().expect("inspect");
+            inspected_tx.send((held, count)).unwrap();
+            let _ = guard.unlock();
+        })
+    };
+    await_queued(manager, 1);
+    first.unlock().expect("first unlock");
+    acquired
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the turn holder gets the lock");
+    // Its subscription ends with its wait; let the listener's UNSUBSCRIBE go out now.
+    assert!(support::await_subscribers(&mut conn, &channel, 0));
+    Line {
+        unlock,
+        unlocked,
+        next_acquired,
+        inspect,
+        inspected,
+        threads: vec![holder, next],
+    }
+}
+
+impl Line {
+    fn unlock_turn_holder(&self) -> (Result<()>, u64, u64) {
+        self.unlock.send(()).unwrap();
+        self.unlocked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the turn holder unlocks")
+    }
+
+    fn next_acquired(&self) -> Instant {
+        self.next_acquired
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the queued thread gets the lock")
+    }
+
+    /// Whether the queued thread (which has the lock) holds it in Redis, and how many times.
+    fn inspect_next(&self) -> (bool, u32) {
+        self.inspect.send(()).unwrap();
+        self.inspected
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the queued thread inspects")
+    }
+
+    fn join(self) {
+        for thread in self.threads {
+            thread.join().expect("line thread");
+        }
+    }
+}
+
 #[test]
 fn the_release_acquires_for_the_next_local_thread_in_one_round_trip() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
-    let holder = manager.lock("turns:handoff")?;
-    let next = thread::scope(|s| {
-        let next = s.spawn(|| {
-            let guard = manager.lock("turns:handoff").expect("next lock");
-            let held = guard.lock().is_held_by_current_thread().expect("inspect");
-            let count = guard.lock().hold_count().expect("inspect");
-            guard.unlock().expect("next unlock");
-            (held, count)
-        });
-        await_queued(&manager, 1);
-        // The listener subscribes to its private wake-up channel when the manager starts;
-        // let that be counted before counting the handoff.
-        let control = format!("redis_lock__control:{{{}}}", manager.client_id());
-        assert!(support::await_subscribers(&mut server.conn(), &control, 1));
-        let before = manager.stats();
-        holder.unlock().expect("holder unlock");
-        let after = manager.stats();
-        // The release and the acquire in the next thread's name: two commands, one trip.
-        assert_eq!(after.commands - before.commands, 2);
-        assert_eq!(after.round_trips - before.round_trips, 1);
-        next.join().expect("next thread")
-    });
-    assert_eq!(next, (true, 1), "the next thread holds the lock, once");
+    let line = line_up(&server, &manager, "turns:handoff", Mode::Renewed);
+    assert_eq!(manager.queued_thread_count(), 1);
+    let (result, commands, round_trips) = line.unlock_turn_holder();
+    result?;
+    // The release and the acquire in the next thread's name: two commands, one trip.
+    assert_eq!((commands, round_trips), (2, 1));
+    line.next_acquired();
+    let (held, count) = line.inspect_next();
+    assert!(held, "the queued thread holds the lock");
+    assert_eq!(count, 1, "once");
+    line.join();
     assert!(!manager.get_lock("turns:handoff").is_locked()?);
+    assert_eq!(manager.queued_thread_count(), 0);
     Ok(())
 }
 
 #[test]
-fn a_queued_thread_takes_over_when_the_holders_fixed_lease_runs_out() -> Result<()> {
+fn a_queued_thread_takes_over_when_the_turn_holders_fixed_lease_runs_out() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
     let lease = Duration::from_millis(300);
-    // This guard is not released before its lease runs out.
-    let stale = manager.lock_with_lease("turns:lease", lease)?;
-    let started = Instant::now();
-    let (acquired_tx, acquired) = mpsc::channel();
-    let (checked_tx, checked) = mpsc::channel::<()>();
-    thread::scope(|s| {
-        let waiter = manager.clone();
-        s.spawn(move || {
-            let guard = waiter.lock("turns:lease").expect("lock");
-            acquired_tx.send(started.elapsed()).unwrap();
-            checked.recv().unwrap(); // keep it while the stale guard is tried
-            guard.unlock().expect("unlock");
-        });
-        let waited = acquired
-            .recv_timeout(Duration::from_secs(10))
-            .expect("taken over");
-        assert!(waited >= lease - Duration::from_millis(20), "{waited:?}");
-        // The queued thread has the lock now: the stale unlock says so and changes nothing.
-        let err = stale.unlock().unwrap_err();
-        assert!(err.is_not_held(), "{err}");
-        assert!(manager.get_lock("turns:lease").is_locked().unwrap());
-        checked_tx.send(()).unwrap();
-    });
-    assert!(!manager.get_lock("turns:lease").is_locked()?);
+    let line = line_up(&server, &manager, "turns:lease", Mode::Lease(lease));
+    let since = Instant::now();
+    // The turn holder keeps its guard past the lease; the queued thread asks Redis itself.
+    let at = line.next_acquired();
+    assert!(at.duration_since(since) < Duration::from_secs(5));
+    let (result, _, _) = line.unlock_turn_holder();
+    assert!(result.unwrap_err().is_not_held());
+    assert_eq!(
+        line.inspect_next(),
+        (true, 1),
+        "the queued thread's hold is untouched"
+    );
+    line.join();
     Ok(())
 }
 
@@ -127,29 +221,26 @@ fn a_queued_thread_takes_over_a_renewed_hold_that_was_lost() -> Result<()> {
     let manager = LockManager::builder(&server.url())
         .watchdog_timeout(Duration::from_millis(600))
         .build()?;
-    let other = LockManager::new(&server.url())?;
-    let holder = manager.lock("turns:lost")?;
-    thread::scope(|s| {
-        let next = s.spawn(|| {
-            let started = Instant::now();
-            let guard = manager.lock("turns:lost").expect("lock");
-            let waited = started.elapsed();
-            guard.unlock().expect("unlock");
-            waited
-        });
-        await_queued(&manager, 1);
-        // Another client deletes the lock: the holder's thread never learns of it by itself,
-        // so the queued thread must find out from Redis (one renewal period of patience).
-        assert!(other.get_lock("turns:lost").force_unlock().expect("force"));
-        let waited = next.join().expect("next thread");
-        assert!(waited < Duration::from_secs(5), "waited {waited:?}");
-    });
-    assert!(holder.unlock().unwrap_err().is_not_held());
+    let line = line_up(&server, &manager, "turns:lost", Mode::Renewed);
+    // Deleted behind everyone's back, with no unlock message: the turn holder does not learn
+    // of it by itself, so the queued thread must find out from Redis.
+    let _: () = server.conn().del("turns:lost").unwrap();
+    let since = Instant::now();
+    let at = line.next_acquired();
+    assert!(at.duration_since(since) < Duration::from_secs(5));
+    let (result, _, _) = line.unlock_turn_holder();
+    assert!(result.unwrap_err().is_not_held());
+    assert_eq!(
+        line.inspect_next(),
+        (true, 1),
+        "the queued thread's hold is untouched"
+    );
+    line.join();
     Ok(())
 }
 
 #[test]
-fn a_zero_wait_try_lock_does_not_queue_behind_a_local_holder() -> Result<()> {
+fn a_zero_wait_try_lock_makes_one_attempt_and_never_queues() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
     let _holder = manager.lock("turns:zero")?;
@@ -166,7 +257,7 @@ fn a_zero_wait_try_lock_does_not_queue_behind_a_local_holder() -> Result<()> {
     })?;
     assert!(!got);
     let after = support::command_calls(&mut conn, "evalsha");
-    assert_eq!(after, before, "answered locally, without an attempt");
+    assert_eq!(after - before, 1, "exactly one attempt");
     assert_eq!(manager.queued_thread_count(), 0);
     Ok(())
 }
