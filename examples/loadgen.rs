@@ -15,8 +15,9 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,15 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Correctness violations seen; any makes the run fail (after the table is printed and the
+/// throwaway server is stopped).
+static VIOLATIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn violation(what: String) {
+    eprintln!("VIOLATION: {what}");
+    VIOLATIONS.lock().unwrap().push(what);
+}
 
 /// How big each workload is.
 struct Scale {
@@ -112,7 +122,7 @@ impl Row {
     }
 }
 
-fn main() {
+fn main() -> ExitCode {
     let quick = std::env::args().any(|a| a == "--quick");
     let scale = if quick { QUICK } else { FULL };
     let (url, _server) = support::url_from_env_or_start();
@@ -141,10 +151,18 @@ fn main() {
     for threads in [4, 16] {
         rows.extend(w2_contended(&url, &scale, threads));
     }
-    rows.extend(w3_handoff(&url, &scale, ping.p50));
+    rows.extend(w3_handoff(&url, &scale));
     rows.extend(w4_watchdog_scale(&url, &scale));
     rows.extend(w5_waiter_scale(&url, &scale));
     print_table(&rows);
+    let violations = VIOLATIONS.lock().unwrap();
+    if violations.is_empty() {
+        println!("\nno correctness violation (exact counters, no lock lost, every waiter served)");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("\n{} correctness violations", violations.len());
+        ExitCode::FAILURE
+    }
 }
 
 /// Latency percentiles of a sample.
@@ -344,8 +362,9 @@ fn contend(
     let cycles = cycles.into_inner();
     let counter: u64 = conn.get(counter_key).expect("GET counter");
     if counter != cycles {
-        eprintln!("VIOLATION: counter {counter:?} after {cycles} critical sections");
-        std::process::exit(1);
+        violation(format!(
+            "{counter_key} is {counter} after {cycles} critical sections"
+        ));
     }
     Contended {
         cycles,
@@ -463,7 +482,7 @@ fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row> {
 /// W3: a waiter already blocked (its subscription live); time from the holder's unlock
 /// returning to the waiter's lock returning. Holder and waiter use separate managers, so the
 /// wake-up crosses Redis pub/sub as it would between processes.
-fn w3_handoff(url: &str, scale: &Scale, ping: Duration) -> Vec<Row> {
+fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let holder = LockManager::new(url).expect("holder manager");
     let waiter = LockManager::new(url).expect("waiter manager");
     let mut conn = redis::Client::open(url)
@@ -472,11 +491,24 @@ fn w3_handoff(url: &str, scale: &Scale, ping: Duration) -> Vec<Row> {
     let name = "loadgen:w3";
     let channel = "redisson_lock__channel:{loadgen:w3}";
     let mut samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut pings = Vec::with_capacity(scale.w3_handoffs * 3);
+    let mut cold_pings = Vec::with_capacity(scale.w3_handoffs);
     for _ in 0..scale.w3_handoffs {
+        // The floor, measured in the same loop so that both see the same machine.
+        for _ in 0..3 {
+            let start = Instant::now();
+            let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+            pings.push(start.elapsed());
+        }
         let guard = holder.lock(name).expect("holder lock");
         let blocked = support::Waiter::spawn(&waiter, name);
         assert!(support::await_subscribers(&mut conn, channel, 1));
         // The subscription is live; let the waiter finish its attempt after subscribing.
+        thread::sleep(Duration::from_millis(2));
+        // A round trip from a thread that just slept, as the woken waiter's acquire is.
+        let start = Instant::now();
+        let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+        cold_pings.push(start.elapsed());
         thread::sleep(Duration::from_millis(2));
         guard.unlock().expect("holder unlock");
         let released = Instant::now();
@@ -484,6 +516,8 @@ fn w3_handoff(url: &str, scale: &Scale, ping: Duration) -> Vec<Row> {
         assert!(support::await_subscribers(&mut conn, channel, 0));
     }
     let handoff = percentiles(&mut samples);
+    let ping = percentiles(&mut pings).p50;
+    let cold_ping = percentiles(&mut cold_pings).p50;
     vec![
         row(
             "W3 handoff",
@@ -494,6 +528,16 @@ fn w3_handoff(url: &str, scale: &Scale, ping: Duration) -> Vec<Row> {
             micros(ping),
             handoff.p50.as_secs_f64() / ping.as_secs_f64(),
             "≤ 3 × PING",
+        ),
+        row(
+            "W3 handoff",
+            "same p50, against a PING sent after a sleep",
+            micros(handoff.p50),
+        )
+        .against(
+            micros(cold_ping),
+            handoff.p50.as_secs_f64() / cold_ping.as_secs_f64(),
+            "",
         ),
         row(
             "W3 handoff",
@@ -553,8 +597,9 @@ fn w4_watchdog_scale(url: &str, scale: &Scale) -> Vec<Row> {
         }
     }
     if lost > 0 || not_held > 0 {
-        eprintln!("VIOLATION: {lost} holds lost, {not_held} unlocks found the lock gone");
-        std::process::exit(1);
+        violation(format!(
+            "W4: {lost} holds lost, {not_held} unlocks found the lock gone"
+        ));
     }
     let label = "W4 watchdog scale";
     let cpu_share = cpu.as_secs_f64() / held_for.as_secs_f64() * 100.0;
@@ -567,7 +612,7 @@ fn w4_watchdog_scale(url: &str, scale: &Scale) -> Vec<Row> {
                 scale.w4_timeout,
                 scale.w4_hold
             ),
-            "0",
+            format!("{}", lost + not_held),
         )
         .target("0"),
         row(
@@ -666,11 +711,10 @@ fn w5_waiter_scale(url: &str, scale: &Scale) -> Vec<Row> {
         thread.join().expect("waiter thread");
     }
     if served != n || pubsub_connections != 1 || !carries_all {
-        eprintln!(
-            "VIOLATION: {served} of {n} waiters acquired; {pubsub_connections} pub/sub \
+        violation(format!(
+            "W5: {served} of {n} waiters acquired; {pubsub_connections} pub/sub \
              connections carry lock channels: {subscriptions:?}"
-        );
-        std::process::exit(1);
+        ));
     }
     let handoff = percentiles(&mut samples);
     let label = "W5 waiter scale";
