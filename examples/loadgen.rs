@@ -126,9 +126,7 @@ fn main() -> ExitCode {
     let quick = std::env::args().any(|a| a == "--quick");
     let scale = if quick { QUICK } else { FULL };
     let (url, _server) = support::url_from_env_or_start();
-    let mut conn = redis::Client::open(url.as_str())
-        .and_then(|c| c.get_connection())
-        .expect("a connection to Redis");
+    let mut conn = support::nodelay_conn(&url);
     let version: String = redis::cmd("INFO")
         .arg("server")
         .query::<String>(&mut conn)
@@ -248,9 +246,7 @@ struct RawLock {
 
 impl RawLock {
     fn connect(url: &str, key: &str) -> Self {
-        let mut conn = redis::Client::open(url)
-            .and_then(|c| c.get_connection())
-            .expect("raw connection");
+        let mut conn = support::nodelay_conn(url);
         let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
         let release = redis::Script::new(redis_lock::lua::RELEASE);
         acquire.load(&mut conn).expect("SCRIPT LOAD");
@@ -322,9 +318,7 @@ fn contend(
     counter_key: &str,
     cycle: impl Fn(&mut redis::Connection) -> (Duration, u64) + Sync,
 ) -> Contended {
-    let mut conn = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connection");
+    let mut conn = support::nodelay_conn(url);
     let _: () = conn.del(counter_key).expect("DEL");
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(threads + 1);
@@ -335,9 +329,7 @@ fn contend(
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let mut conn = redis::Client::open(url)
-                        .and_then(|c| c.get_connection())
-                        .expect("worker connection");
+                    let mut conn = support::nodelay_conn(url);
                     let mut waits = Vec::new();
                     barrier.wait();
                     while !stop.load(Ordering::Relaxed) {
@@ -485,9 +477,7 @@ fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row> {
 fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let holder = LockManager::new(url).expect("holder manager");
     let waiter = LockManager::new(url).expect("waiter manager");
-    let mut conn = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connection");
+    let mut conn = support::nodelay_conn(url);
     let name = "loadgen:w3";
     let channel = "redisson_lock__channel:{loadgen:w3}";
     let mut samples = Vec::with_capacity(scale.w3_handoffs);
@@ -518,6 +508,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let handoff = percentiles(&mut samples);
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
+    let raw = raw_pubsub_handoff(url, scale.w3_handoffs);
     vec![
         row(
             "W3 handoff",
@@ -528,6 +519,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
             micros(ping),
             handoff.p50.as_secs_f64() / ping.as_secs_f64(),
             "≤ 3 × PING",
+        ),
+        row(
+            "W3 handoff",
+            "same p50, against the same handoff done raw",
+            micros(handoff.p50),
+        )
+        .against(
+            micros(raw.p50),
+            handoff.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+            "",
         ),
         row(
             "W3 handoff",
@@ -547,12 +548,93 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     ]
 }
 
+/// The least any pub/sub-woken lock can do, with no crate code: a listener thread blocked on
+/// a subscribed connection wakes a waiting thread through a condvar, which sends the acquire
+/// script on its own connection. Measured from the release (raw EVALSHA, which publishes)
+/// returning to the waiter's acquire returning.
+fn raw_pubsub_handoff(url: &str, n: usize) -> Percentiles {
+    use std::sync::{mpsc, Arc, Condvar};
+    let key = "loadgen:w3:raw";
+    let channel = "redisson_lock__channel:{loadgen:w3:raw}";
+    let woken = Arc::new((Mutex::new(0u64), Condvar::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let mut listener_conn = support::nodelay_conn(url);
+    let listener = {
+        let (woken, stop) = (Arc::clone(&woken), Arc::clone(&stop));
+        let (ready_tx, ready) = mpsc::channel();
+        let handle = thread::spawn(move || {
+            let mut pubsub = listener_conn.as_pubsub();
+            pubsub.subscribe(channel).expect("SUBSCRIBE");
+            pubsub
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .expect("read timeout");
+            ready_tx.send(()).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                if pubsub.get_message().is_ok() {
+                    let (count, wake) = &*woken;
+                    *count.lock().unwrap() += 1;
+                    wake.notify_one();
+                }
+            }
+        });
+        ready.recv().expect("listener subscribed");
+        handle
+    };
+    let (done_tx, done) = mpsc::channel::<Instant>();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let waiter = {
+        let woken = Arc::clone(&woken);
+        let mut conn = support::nodelay_conn(url);
+        let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+        acquire.load(&mut conn).expect("SCRIPT LOAD");
+        thread::spawn(move || {
+            let mut seen = 0;
+            while go.recv().is_ok() {
+                let (count, wake) = &*woken;
+                let mut count = count.lock().unwrap();
+                while *count == seen {
+                    count = wake.wait(count).unwrap();
+                }
+                seen = *count;
+                drop(count);
+                let held_by: Option<i64> = acquire
+                    .key(key)
+                    .arg(30_000)
+                    .arg("00000000-0000-0000-0000-000000000000:2")
+                    .invoke(&mut conn)
+                    .expect("raw acquire");
+                assert!(held_by.is_none(), "the raw waiter gets the lock");
+                let _: () = redis::cmd("DEL").arg(key).query(&mut conn).expect("DEL");
+                done_tx.send(Instant::now()).unwrap();
+            }
+        })
+    };
+    let mut holder = RawLock::connect(url, key);
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        holder.acquire();
+        go_tx.send(()).unwrap();
+        thread::sleep(Duration::from_millis(2)); // the waiter is asleep on the condvar
+        holder.release();
+        let released = Instant::now();
+        let acquired = done.recv().expect("raw waiter");
+        samples.push(acquired.saturating_duration_since(released));
+    }
+    drop(go_tx);
+    stop.store(true, Ordering::Relaxed);
+    waiter.join().expect("raw waiter");
+    listener.join().expect("raw listener");
+    percentiles(&mut samples)
+}
+
 /// CPU time a thread of this process has used, found by name (Linux).
 fn thread_cpu_time(name: &str) -> Option<Duration> {
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path();
         let comm = std::fs::read_to_string(path.join("comm")).ok()?;
-        if comm.trim_end() == name {
+        // The kernel keeps the first 15 bytes of a thread's name.
+        if comm.trim_end() == &name[..name.len().min(15)] {
             let schedstat = std::fs::read_to_string(path.join("schedstat")).ok()?;
             let ns: u64 = schedstat.split_whitespace().next()?.parse().ok()?;
             return Some(Duration::from_nanos(ns));
@@ -636,9 +718,7 @@ fn w4_watchdog_scale(url: &str, scale: &Scale) -> Vec<Row> {
 
 /// W5: many threads each blocked on its own lock, then all released at once.
 fn w5_waiter_scale(url: &str, scale: &Scale) -> Vec<Row> {
-    let mut conn = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connection");
+    let mut conn = support::nodelay_conn(url);
     let holder = LockManager::new(url).expect("holder manager");
     let waiters = LockManager::new(url).expect("waiter manager");
     let n = scale.w5_waiters;

@@ -55,6 +55,17 @@
 //! wait. Each acquire returns a [`LockGuard`] that releases exactly one hold. Unlike Java, a
 //! guard may be moved to another thread and released there: it remembers its owner.
 //!
+//! # Contention within one process
+//!
+//! Threads of one manager that want the same lock take turns locally: only one of them
+//! contends in Redis, the others wait in line in-process (first come, first served) and send
+//! nothing. When the lock's holder releases it, it acquires for the next thread in line in the
+//! same round trip and wakes it holding the lock. A contended lock thus costs one acquire and
+//! one release per critical section, and waits are fair. Threads of other managers and
+//! processes still compete through Redis as usual, and the line never outlasts its holder: a
+//! holder whose lease ran out or whose hold was lost is overtaken (see `BENCHMARKS.md` for the
+//! figures). [`LockManager::stats`] counts what a manager sends.
+//!
 //! # Leases and the watchdog
 //!
 //! `lock` and `try_lock` give the lock a lease of the watchdog timeout (30 s by default) and the

@@ -197,6 +197,20 @@ pub fn read_until_marker(stdout: &mut BufReader<ChildStdout>, marker: &str) -> S
     }
 }
 
+/// A connection to `url` with TCP_NODELAY, as the crate's own connections have: the floor
+/// that benchmarks compare the lock against must not pay Nagle's delays the lock avoids.
+pub fn nodelay_conn(url: &str) -> redis::Connection {
+    use redis::IntoConnectionInfo;
+    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    let info = url
+        .into_connection_info()
+        .expect("URL")
+        .set_tcp_settings(tcp);
+    redis::Client::open(info)
+        .and_then(|c| c.get_connection())
+        .expect("connection with TCP_NODELAY")
+}
+
 /// How many times the server ran `command` (lowercase, e.g. "evalsha"), from INFO
 /// commandstats. Commands that scripts run inside Redis count too, so use it for commands that
 /// only clients send.
