@@ -2,14 +2,13 @@
 //! manager's registry of which local thread holds which lock (fixed-lease holds included,
 //! though only renewed ones are renewed).
 //!
-//! Held locks sit in a min-heap ordered by their next renewal time; the thread sleeps on a
-//! condvar until the earliest one is due (r2d2's scheduled-thread-pool pattern). When it
-//! wakes it takes every lock due within half a period, so locks taken at different moments
-//! drift into shared sweeps, and renews them all with one pipelined round trip (100 keys per
-//! script call). Cancelled entries stay in the heap and are skipped when popped.
+//! The thread ticks every half renewal period while anything is held (and for a few ticks
+//! after, so that a lock taken and released in a loop never has to wake it), and at each tick
+//! renews every hold due within the next half period, in one pipelined round trip (100 keys
+//! per script call). Registering a hold is a map insert: no heap entry, no wake-up. A failed
+//! sweep is retried after a quarter period (at most 1 s), well inside the lease.
 
-use std::cmp::Ordering as CmpOrdering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,42 +61,16 @@ struct Renewal {
     holds: u32,
     /// Guards of this thread on this lock with a fixed lease (not renewed, only counted).
     fixed: u32,
-    /// When the next renewal is due; the heap entry with another time is stale, and `None`
-    /// while no guard asks for renewal.
+    /// When the next renewal is due; `None` while no guard asks for renewal.
     due: Option<Instant>,
     status: Arc<HoldStatus>,
 }
 
-/// A heap entry; ordered so that `BinaryHeap` (a max-heap) pops the earliest first.
-struct Due {
-    at: Instant,
-    hold: HoldKey,
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at
-    }
-}
-
-impl Eq for Due {}
-
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        other.at.cmp(&self.at)
-    }
-}
-
 #[derive(Default)]
 struct State {
-    heap: BinaryHeap<Due>,
     renewals: HashMap<HoldKey, Renewal>,
+    /// Whether the thread sleeps until woken (nothing held for a while) rather than ticking.
+    dormant: bool,
     shutdown: bool,
 }
 
@@ -170,14 +143,11 @@ impl Watchdog {
             return status;
         }
         renewal.holds += 1;
-        if renewal.due.is_some() {
-            return status;
+        if renewal.due.is_none() {
+            renewal.due = Some(Instant::now() + self.shared.period);
         }
-        let due = Instant::now() + self.shared.period;
-        renewal.due = Some(due);
-        let earliest = state.heap.peek().is_none_or(|top| due < top.at);
-        state.heap.push(Due { at: due, hold });
-        if earliest {
+        if state.dormant {
+            state.dormant = false;
             self.shared.wake.notify_one();
         }
         status
@@ -197,7 +167,7 @@ impl Watchdog {
         if renewed {
             renewal.holds = renewal.holds.saturating_sub(1);
             if renewal.holds == 0 {
-                renewal.due = None; // its heap entry is stale now
+                renewal.due = None;
             }
         } else {
             renewal.fixed = renewal.fixed.saturating_sub(1);
@@ -249,49 +219,57 @@ impl Drop for Watchdog {
     }
 }
 
+/// Ticks a dormant-free watchdog stays awake for after the last hold is gone.
+const IDLE_TICKS: u32 = 4;
+
 fn run(shared: &Shared) {
+    let tick = (shared.period / 2).max(Duration::from_millis(1));
+    let mut next = Instant::now() + tick;
+    let mut idle_ticks = 0;
     let mut state = shared.state.lock();
     loop {
         if state.shutdown {
             return;
         }
-        let now = Instant::now();
-        match state.heap.peek() {
-            None => {
-                shared.wake.wait(&mut state);
-                continue;
-            }
-            Some(top) if top.at > now => {
-                let at = top.at;
-                shared.wake.wait_until(&mut state, at);
-                continue;
-            }
-            Some(_) => {}
+        if state.dormant {
+            shared.wake.wait(&mut state);
+            next = Instant::now() + tick;
+            continue;
         }
-        let batch = take_due(&mut state, now + shared.period / 2);
+        if Instant::now() < next {
+            shared.wake.wait_until(&mut state, next);
+            continue;
+        }
+        let now = Instant::now();
+        next = now + tick;
+        if state.renewals.is_empty() {
+            idle_ticks += 1;
+            if idle_ticks >= IDLE_TICKS {
+                state.dormant = true;
+            }
+            continue;
+        }
+        idle_ticks = 0;
+        let batch = take_due(&state, now + tick);
         if batch.is_empty() {
             continue;
         }
         let sent = Instant::now();
         let outcome = MutexGuard::unlocked(&mut state, || renew(shared, &batch));
-        apply(shared, &mut state, batch, outcome, sent);
+        if let Some(retry_at) = apply(shared, &mut state, batch, outcome, sent) {
+            next = next.min(retry_at);
+        }
     }
 }
 
-/// Pops every live entry due before `horizon`.
-fn take_due(state: &mut State, horizon: Instant) -> Vec<HoldKey> {
-    let mut batch = Vec::new();
-    while let Some(top) = state.heap.peek() {
-        if top.at > horizon {
-            break;
-        }
-        let Due { at, hold } = state.heap.pop().expect("peeked");
-        let live = state.renewals.get(&hold).is_some_and(|r| r.due == Some(at));
-        if live {
-            batch.push(hold);
-        }
-    }
-    batch
+/// Every renewed hold due before `horizon`.
+fn take_due(state: &State, horizon: Instant) -> Vec<HoldKey> {
+    state
+        .renewals
+        .iter()
+        .filter(|(_, r)| r.due.is_some_and(|due| due <= horizon))
+        .map(|(hold, _)| hold.clone())
+        .collect()
 }
 
 /// Sends one renewal sweep. `None` means it failed (error or panic) and should be retried.
@@ -332,15 +310,15 @@ fn renew(shared: &Shared, batch: &[HoldKey]) -> Option<Vec<bool>> {
     }
 }
 
-/// Reschedules renewed holds, drops lost ones, and retries all of a failed sweep soon.
+/// Reschedules renewed holds and drops lost ones; after a failed sweep, returns when to retry
+/// it (soon: well inside the lease, not a whole period later).
 fn apply(
     shared: &Shared,
     state: &mut State,
     batch: Vec<HoldKey>,
     outcome: Option<Vec<bool>>,
     sent: Instant,
-) {
-    // A failed sweep is retried well inside the lease, not a whole period later.
+) -> Option<Instant> {
     let retry_at = Instant::now()
         + (shared.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
     for (i, hold) in batch.into_iter().enumerate() {
@@ -350,7 +328,7 @@ fn apply(
         if renewal.due.is_none() {
             continue; // no renewed hold left while the sweep was in flight
         }
-        let next = match &outcome {
+        renewal.due = Some(match &outcome {
             Some(renewed) if renewed[i] => sent + shared.period,
             Some(_) => {
                 renewal.status.lost.store(true, Ordering::Release);
@@ -363,8 +341,7 @@ fn apply(
                 continue;
             }
             None => retry_at,
-        };
-        renewal.due = Some(next);
-        state.heap.push(Due { at: next, hold });
+        });
     }
+    outcome.is_none().then_some(retry_at)
 }
