@@ -604,9 +604,10 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Percentiles {
                     .arg("00000000-0000-0000-0000-000000000000:2")
                     .invoke(&mut conn)
                     .expect("raw acquire");
+                let acquired = Instant::now();
                 assert!(held_by.is_none(), "the raw waiter gets the lock");
                 let _: () = redis::cmd("DEL").arg(key).query(&mut conn).expect("DEL");
-                done_tx.send(Instant::now()).unwrap();
+                done_tx.send(acquired).unwrap();
             }
         })
     };
