@@ -53,6 +53,8 @@ struct Queued {
     thread: u64,
     /// The lease it asks for, so that the releasing thread can acquire in its name.
     lease_ms: u64,
+    /// Whether it wants a fencing token: then it acquires itself.
+    fenced: bool,
     state: Mutex<Handoff>,
     wake: Condvar,
 }
@@ -93,6 +95,11 @@ impl Successor {
     pub(crate) fn lease_ms(&self) -> u64 {
         self.queued.lease_ms
     }
+
+    /// A fenced acquire takes a token, which only that thread's own attempt returns to it.
+    pub(crate) fn wants_token(&self) -> bool {
+        self.queued.fenced
+    }
 }
 
 impl Gates {
@@ -113,6 +120,7 @@ impl Gates {
         keys: &Arc<LockKeys>,
         thread: u64,
         lease_ms: u64,
+        fenced: bool,
         deadline: Option<Instant>,
         mut probe: impl FnMut() -> Result<Option<Duration>, E>,
     ) -> Result<Entry, E> {
@@ -128,6 +136,7 @@ impl Gates {
                     let queued = Arc::new(Queued {
                         thread,
                         lease_ms,
+                        fenced,
                         state: Mutex::new(Handoff::Waiting),
                         wake: Condvar::new(),
                     });

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::names::LockKeys;
 use crate::owner::owner_field;
-use crate::store::{Attempt, Release};
+use crate::store::Release;
 use crate::watchdog::HoldStatus;
 
 /// One hold on a lock, released when the guard is dropped or [`unlock`](Self::unlock)ed.
@@ -25,6 +25,8 @@ pub struct LockGuard {
     lease_ms: u64,
     /// Present when the watchdog renews this hold.
     renewal: Option<Arc<HoldStatus>>,
+    /// The fencing token of a fenced acquisition.
+    token: Option<u64>,
     released: bool,
 }
 
@@ -34,12 +36,14 @@ impl LockGuard {
         thread: u64,
         lease_ms: u64,
         renewal: Option<Arc<HoldStatus>>,
+        token: Option<u64>,
     ) -> Self {
         LockGuard {
             lock,
             thread,
             lease_ms,
             renewal,
+            token,
             released: false,
         }
     }
@@ -68,6 +72,18 @@ impl LockGuard {
     /// The [`Lock`] handle this guard holds.
     pub fn lock(&self) -> &Lock {
         &self.lock
+    }
+
+    /// The fencing token of this hold: `Some` for guards from [`Lock::lock_fenced`] and
+    /// [`Lock::try_lock_fenced`], `None` otherwise.
+    ///
+    /// Tokens of one lock name strictly increase with every fenced acquisition, by any client
+    /// or process (Redisson's fenced lock shares the counter). Send it with every write to the
+    /// resource the lock protects, and have the resource refuse a write whose token is lower
+    /// than the highest it has seen: then a holder that lost the lock without knowing (a long
+    /// pause, a partition) cannot overwrite the work of the holder after it.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.token
     }
 
     /// The fixed lease this hold was taken with; `None` when the watchdog renews it.
@@ -102,7 +118,8 @@ impl LockGuard {
         let outcome = inner
             .gates
             .release(self.keys(), self.thread, left == 0, |successor| {
-                let Some(next) = successor else {
+                // A fenced successor acquires itself: only its own attempt returns its token.
+                let Some(next) = successor.filter(|next| !next.wants_token()) else {
                     return (inner.store.release(self.keys(), lease_ms, &owner), false);
                 };
                 // The next local thread's acquire rides in the same round trip.
@@ -114,7 +131,7 @@ impl LockGuard {
                     &next_owner,
                     next.lease_ms(),
                 ) {
-                    Ok((released, attempt)) => (Ok(released), attempt == Attempt::Acquired),
+                    Ok((released, attempt)) => (Ok(released), attempt.is_acquired()),
                     Err(err) => (Err(err), false),
                 }
             });

@@ -138,7 +138,7 @@ mod watchdog;
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
-    pub use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+    pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
 }
 
 pub use config::LockManagerBuilder;

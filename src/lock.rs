@@ -1,5 +1,6 @@
 //! [`Lock`]: a handle on one named lock, and the acquire loop.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ impl Lock {
     /// Errors: an invalid name, Redis unreachable (reported, not waited out), or a key of this
     /// name that is not a lock.
     pub fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None)
+        self.acquire(None, None, false)
             .map(|g| g.expect("waits without limit"))
     }
 
@@ -103,7 +104,7 @@ impl Lock {
     /// `Duration::ZERO` makes exactly one attempt. Returns `Ok(None)` when the wait passed
     /// without the lock; it returns at most one response timeout after `wait`.
     pub fn try_lock(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait), None)
+        self.acquire(Some(wait), None, false)
     }
 
     /// Waits as long as it takes to acquire the lock with a fixed `lease`: the lock expires
@@ -111,7 +112,7 @@ impl Lock {
     ///
     /// The lease must be at least 1 ms and at most 2^52 ms.
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(None, Some(lease))
+        self.acquire(None, Some(lease), false)
             .map(|g| g.expect("waits without limit"))
     }
 
@@ -121,7 +122,30 @@ impl Lock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait), Some(lease))
+        self.acquire(Some(wait), Some(lease), false)
+    }
+
+    /// Like [`lock`](Self::lock), and the guard carries a fencing token
+    /// ([`LockGuard::fencing_token`]): a number that strictly increases with every fenced
+    /// acquisition of this lock name, by any client or process.
+    ///
+    /// A lock alone cannot protect a resource from a holder that lost it without noticing (a
+    /// pause longer than the lease, a partition): by the time it writes, another holder may
+    /// have the lock. Send the token with each write and have the resource refuse any write
+    /// whose token is lower than the highest it has accepted; see `examples/fencing.rs`.
+    ///
+    /// The counter is Redisson's (`redisson_lock_token:{name}`), so Java's fenced lock and
+    /// this one draw from one sequence. Tokens are exact over the whole `u64` range that Redis'
+    /// counters reach (up to 2^63 - 1). Re-entries take a token too.
+    pub fn lock_fenced(&self) -> Result<LockGuard> {
+        self.acquire(None, None, true)
+            .map(|g| g.expect("waits without limit"))
+    }
+
+    /// Like [`try_lock`](Self::try_lock), with a fencing token as in
+    /// [`lock_fenced`](Self::lock_fenced).
+    pub fn try_lock_fenced(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), None, true)
     }
 
     /// Whether anyone (any thread, process or client) holds the lock.
@@ -162,11 +186,13 @@ impl Lock {
 
     /// Acquires through the manager's local turn ([`crate::gate`]): threads of this manager
     /// that want the same lock queue in-process, and only the turn holder contends in Redis.
-    /// `wait: None` waits without limit; `lease: None` uses the watchdog.
+    /// `wait: None` waits without limit; `lease: None` uses the watchdog; `fenced` takes a
+    /// fencing token with the lock.
     fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        fenced: bool,
     ) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
         let inner = &self.manager.inner;
@@ -180,8 +206,20 @@ impl Lock {
         let deadline = wait.map(|wait| Instant::now() + wait);
         let thread = current_thread_number();
         let owner = owner_field(&inner.client_id, thread);
-        let attempt = || inner.store.try_acquire(keys, lease_ms, &owner);
-        let acquired = |this: &Self| Ok(Some(this.granted(thread, lease_ms, lease)));
+        // The token of the attempt that succeeded, if fenced.
+        let token = Cell::new(None);
+        let attempt = || {
+            let outcome = if fenced {
+                inner.store.try_acquire_fenced(keys, lease_ms, &owner)?
+            } else {
+                inner.store.try_acquire(keys, lease_ms, &owner)?
+            };
+            if let Attempt::Acquired { token: got } = outcome {
+                token.set(got);
+            }
+            Ok(outcome)
+        };
+        let acquired = |this: &Self| Ok(Some(this.granted(thread, lease_ms, lease, token.get())));
 
         // Reentrant: this thread holds the lock already, so no local thread can be ahead.
         let reentrant = inner.watchdog.holds(keys, thread) > 0;
@@ -191,28 +229,30 @@ impl Lock {
             if !reentrant && !inner.gates.may_attempt(keys, thread) {
                 return Ok(None);
             }
-            return match attempt()? {
-                Attempt::Acquired => {
-                    inner.gates.take_over(keys, thread);
-                    acquired(self)
-                }
-                Attempt::HeldByOther(_) => Ok(None),
-            };
+            if !attempt()?.is_acquired() {
+                return Ok(None);
+            }
+            inner.gates.take_over(keys, thread);
+            return acquired(self);
         }
         let mut attempted = false;
         if reentrant || !inner.gates.is_contended(keys) {
             // Uncontended here: one attempt, and no entry in the gate unless it fails.
-            if attempt()? == Attempt::Acquired {
+            if attempt()?.is_acquired() {
                 return acquired(self);
             }
             attempted = true;
         }
-        let entry = inner.gates.enter(keys, thread, lease_ms, deadline, || {
-            Ok::<_, Error>(match attempt()? {
-                Attempt::Acquired => None,
-                Attempt::HeldByOther(ttl) => Some(ttl.map_or(NO_TTL_POLL, Duration::from_millis)),
-            })
-        })?;
+        let entry = inner
+            .gates
+            .enter(keys, thread, lease_ms, fenced, deadline, || {
+                Ok::<_, Error>(match attempt()? {
+                    Attempt::Acquired { .. } => None,
+                    Attempt::HeldByOther(ttl) => {
+                        Some(ttl.map_or(NO_TTL_POLL, Duration::from_millis))
+                    }
+                })
+            })?;
         match entry {
             Entry::TimedOut => return Ok(None),
             Entry::Acquired => return acquired(self),
@@ -242,7 +282,7 @@ impl Lock {
         attempted: bool,
         attempt: &dyn Fn() -> Result<Attempt>,
     ) -> Result<bool> {
-        if !attempted && attempt()? == Attempt::Acquired {
+        if !attempted && attempt()?.is_acquired() {
             return Ok(true);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -256,7 +296,7 @@ impl Lock {
         loop {
             // The first pass closes the race with a release announced before we subscribed.
             let holder_ttl = match attempt()? {
-                Attempt::Acquired => return Ok(true),
+                Attempt::Acquired { .. } => return Ok(true),
                 Attempt::HeldByOther(ttl) => ttl,
             };
             let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
@@ -271,13 +311,19 @@ impl Lock {
         }
     }
 
-    fn granted(&self, thread: u64, lease_ms: u64, lease: Option<Duration>) -> LockGuard {
+    fn granted(
+        &self,
+        thread: u64,
+        lease_ms: u64,
+        lease: Option<Duration>,
+        token: Option<u64>,
+    ) -> LockGuard {
         let keys = self.valid_keys();
         let inner = &self.manager.inner;
         inner.gates.acquired(keys, thread, lease);
         let status = inner.watchdog.register(keys, thread, lease.is_none());
         let renewal = lease.is_none().then_some(status);
-        LockGuard::new(self.clone(), thread, lease_ms, renewal)
+        LockGuard::new(self.clone(), thread, lease_ms, renewal, token)
     }
 }
 

@@ -132,6 +132,18 @@ impl LockManager {
         self.get_lock(name).try_lock_with_lease(wait, lease)
     }
 
+    /// Like [`lock`](Self::lock), with a fencing token on the guard. See
+    /// [`Lock::lock_fenced`].
+    pub fn lock_fenced(&self, name: &str) -> Result<LockGuard> {
+        self.get_lock(name).lock_fenced()
+    }
+
+    /// Like [`try_lock`](Self::try_lock), with a fencing token on the guard. See
+    /// [`Lock::try_lock_fenced`].
+    pub fn try_lock_fenced(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.get_lock(name).try_lock_fenced(wait)
+    }
+
     /// This manager's client id: the UUID before the `:` in the owner fields it writes.
     pub fn client_id(&self) -> &str {
         &self.inner.client_id

@@ -8,6 +8,8 @@ pub(crate) const MAX_NAME_LEN: usize = 64 * 1024;
 
 /// Prefix of the channel on which releases are announced.
 const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+/// Prefix of the fencing token counter (Redisson's fenced lock).
+const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
@@ -30,6 +32,11 @@ impl LockKeys {
     /// `redisson_lock__channel:{name}`, where releases are announced.
     pub(crate) fn channel(&self) -> String {
         prefixed(CHANNEL_PREFIX, &self.name)
+    }
+
+    /// `redisson_lock_token:{name}`, the counter that fenced acquisitions increment.
+    pub(crate) fn token_key(&self) -> String {
+        prefixed(TOKEN_PREFIX, &self.name)
     }
 
     /// The latch key for one unlock call, identified by `request_id`.
@@ -78,6 +85,14 @@ mod tests {
         assert_eq!(plain.channel(), "redisson_lock__channel:{orders:42}");
         let tagged = LockKeys::new("{orders}:42").unwrap();
         assert_eq!(tagged.channel(), "redisson_lock__channel:{orders}:42");
+    }
+
+    #[test]
+    fn token_key_follows_the_brace_rule() {
+        let plain = LockKeys::new("orders:42").unwrap();
+        assert_eq!(plain.token_key(), "redisson_lock_token:{orders:42}");
+        let tagged = LockKeys::new("{orders}:42").unwrap();
+        assert_eq!(tagged.token_key(), "redisson_lock_token:{orders}:42");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use redis::Script;
 
-/// KEYS[1] lock key. ARGV[1] lease ms, ARGV[2] owner field.
+/// `KEYS[1]` lock key. `ARGV[1]` lease ms, `ARGV[2]` owner field.
 /// Replies nil when acquired (new or re-entered), else the holder's PTTL.
 pub const ACQUIRE: &str = r#"
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -17,9 +17,25 @@ end
 return redis.call('pttl', KEYS[1])
 "#;
 
-/// KEYS[1] lock key, KEYS[2] unlock channel, KEYS[3] latch key.
-/// ARGV[1] message, ARGV[2] lease ms, ARGV[3] owner field, ARGV[4] publish command,
-/// ARGV[5] latch TTL ms.
+/// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter. `ARGV[1]` lease ms,
+/// `ARGV[2]` owner field. Like [`ACQUIRE`], and every acquisition (re-entries too) also
+/// increments the counter. Replies a one-element array with the new token as a string when
+/// acquired (Lua numbers are doubles: a string keeps tokens above 2^53 exact), else the
+/// holder's PTTL. The counter is incremented first, so a counter that cannot be incremented
+/// fails the call before the lock is touched.
+pub const FENCED_ACQUIRE: &str = r#"
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('incr', KEYS[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {redis.call('get', KEYS[2])}
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// `KEYS[1]` lock key, `KEYS[2]` unlock channel, `KEYS[3]` latch key.
+/// `ARGV[1]` message, `ARGV[2]` lease ms, `ARGV[3]` owner field, `ARGV[4]` publish command,
+/// `ARGV[5]` latch TTL ms.
 /// Replies the latch's value for a repeated call, nil when not the owner, 0 when still held
 /// (one hold fewer), 1 when released.
 pub const RELEASE: &str = r#"
@@ -41,7 +57,7 @@ redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 return 1
 "#;
 
-/// KEYS: lock keys. ARGV[1] watchdog timeout ms, ARGV[i + 1] the owner field for KEYS[i].
+/// KEYS: lock keys. `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field for `KEYS[i]`.
 /// Replies one integer per key: 1 renewed, 0 the owner's hold is gone (lost).
 /// `pcall` keeps one key of the wrong type from failing the whole batch: that lock is lost.
 pub const RENEW: &str = r#"
@@ -57,7 +73,7 @@ end
 return out
 "#;
 
-/// KEYS[1] lock key, KEYS[2] unlock channel. ARGV[1] message, ARGV[2] publish command.
+/// `KEYS[1]` lock key, `KEYS[2]` unlock channel. `ARGV[1]` message, `ARGV[2]` publish command.
 /// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash is
 /// refused with WRONGTYPE instead of deleted: it is somebody's data, not a lock.
 pub const FORCE_UNLOCK: &str = r#"
@@ -75,6 +91,7 @@ return 0
 /// The compiled (hashed) scripts, shared by everything that talks to one deployment.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) fenced_acquire: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
@@ -84,6 +101,7 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: Script::new(ACQUIRE),
+            fenced_acquire: Script::new(FENCED_ACQUIRE),
             release: Script::new(RELEASE),
             renew: Script::new(RENEW),
             force_unlock: Script::new(FORCE_UNLOCK),
@@ -94,7 +112,7 @@ impl Scripts {
     /// first EVALSHA of each script does not meet NOSCRIPT.
     pub(crate) fn load_all() -> redis::Pipeline {
         let mut pipe = redis::pipe();
-        for source in [ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK] {
+        for source in [ACQUIRE, FENCED_ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK] {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
         }
         pipe

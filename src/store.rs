@@ -27,19 +27,49 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// What an acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The lock is ours (new, or one more hold).
-    Acquired,
+    /// The lock is ours (new, or one more hold), with its fencing token if fenced.
+    Acquired { token: Option<u64> },
     /// Someone else holds it; their remaining lease in ms, or `None` when the key has no TTL
     /// (only a foreign writer can leave it like that).
     HeldByOther(Option<u64>),
 }
 
 impl Attempt {
+    pub(crate) fn is_acquired(self) -> bool {
+        matches!(self, Attempt::Acquired { .. })
+    }
+
     /// The acquire script's reply: nil when acquired, else the holder's PTTL.
     fn from_reply(pttl: Option<i64>) -> Self {
         match pttl {
-            None => Attempt::Acquired,
+            None => Attempt::Acquired { token: None },
             Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
+        }
+    }
+
+    /// The fenced acquire script's reply: `[token]` when acquired, else the holder's PTTL.
+    fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
+        use redis::Value;
+        match reply {
+            Value::Int(ms) => Ok(Attempt::HeldByOther(u64::try_from(ms).ok())),
+            Value::Array(items) => {
+                let token: String = match items.as_slice() {
+                    [item] => redis::from_redis_value_ref(item)?,
+                    _ => String::new(),
+                };
+                let token = token.parse::<u64>().map_err(|_| {
+                    RedisError::from((
+                        ErrorKind::Parse,
+                        "the fencing token counter does not hold a non-negative integer",
+                    ))
+                })?;
+                Ok(Attempt::Acquired { token: Some(token) })
+            }
+            other => Err(RedisError::from((
+                ErrorKind::Parse,
+                "unexpected reply to the fenced acquire",
+                format!("{other:?}"),
+            ))),
         }
     }
 }
@@ -103,7 +133,7 @@ impl LockStore {
             counters: Counters::default(),
         };
         let load = Scripts::load_all();
-        store.run("loading the lock scripts", "", 4, |conn| {
+        store.run("loading the lock scripts", "", 5, |conn| {
             load.query::<()>(conn)
         })?;
         Ok(store)
@@ -127,6 +157,27 @@ impl LockStore {
             query_loading_scripts(conn, |conn| call.query(conn))
         })?;
         Ok(Attempt::from_reply(pttl))
+    }
+
+    /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire), and on success the
+    /// lock's fencing counter is incremented and the new token returned.
+    pub(crate) fn try_acquire_fenced(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+    ) -> Result<Attempt> {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.fenced_acquire.get_hash())
+            .arg(2)
+            .arg(&*keys.name)
+            .arg(keys.token_key())
+            .arg(lease_ms)
+            .arg(owner);
+        self.run("acquire", &keys.name, 1, |conn| {
+            let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
+            Attempt::from_fenced_reply(reply)
+        })
     }
 
     /// `EVALSHA` of the acquire script (see `scripts.rs` for its KEYS and ARGV).

@@ -1,0 +1,124 @@
+//! Fencing tokens: a counter per lock name (Redisson's `redisson_lock_token:{name}`) that every
+//! fenced acquisition increments, so tokens strictly increase across clients and processes.
+
+mod support;
+
+use std::sync::Mutex;
+use std::thread;
+
+use redis::Commands;
+use redis_lock::{LockManager, Result};
+use support::RedisServer;
+
+#[test]
+fn tokens_strictly_increase_across_clients_and_reentries() -> Result<()> {
+    let server = RedisServer::start();
+    let (a, b) = (
+        LockManager::new(&server.url())?,
+        LockManager::new(&server.url())?,
+    );
+    let mut conn = server.conn();
+
+    let outer = a.lock_fenced("fence:orders")?;
+    let inner = a.lock_fenced("fence:orders")?; // a re-entry takes a token too
+    let (t1, t2) = (
+        outer.fencing_token().unwrap(),
+        inner.fencing_token().unwrap(),
+    );
+    assert!(t2 > t1, "{t1} then {t2}");
+    inner.unlock()?;
+    outer.unlock()?;
+
+    // Unfenced acquisitions leave the counter alone and carry no token.
+    let plain = b.lock("fence:orders")?;
+    assert_eq!(plain.fencing_token(), None);
+    plain.unlock()?;
+    let counter: u64 = conn.get("redisson_lock_token:{fence:orders}").unwrap();
+    assert_eq!(counter, t2);
+
+    let other = b.try_lock_fenced("fence:orders", std::time::Duration::from_secs(1))?;
+    let t3 = other.expect("free").fencing_token().unwrap();
+    assert!(t3 > t2);
+    let ttl: i64 = conn.pttl("redisson_lock_token:{fence:orders}").unwrap();
+    assert_eq!(ttl, -1, "the counter never expires");
+    Ok(())
+}
+
+#[test]
+fn tokens_above_2_pow_53_stay_exact() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    // 2^53 + 2: the next token, 2^53 + 3, is odd and has no exact double.
+    let seed: u64 = (1 << 53) + 2;
+    let _: () = conn.set("redisson_lock_token:{fence:big}", seed).unwrap();
+    let guard = manager.lock_fenced("fence:big")?;
+    assert_eq!(guard.fencing_token(), Some(seed + 1));
+    // And near the top of Redis' counters.
+    let _: () = conn
+        .set("redisson_lock_token:{fence:top}", i64::MAX - 1)
+        .unwrap();
+    let top = manager.lock_fenced("fence:top")?;
+    assert_eq!(top.fencing_token(), Some(i64::MAX as u64));
+    Ok(())
+}
+
+#[test]
+fn a_counter_that_cannot_be_incremented_fails_the_acquire_and_leaves_the_lock_free() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    for (name, value) in [
+        ("fence:text", "not a number".to_string()),
+        ("fence:full", i64::MAX.to_string()),
+    ] {
+        let counter = format!("redisson_lock_token:{{{name}}}");
+        let _: () = conn.set(&counter, &value).unwrap();
+        let err = manager.lock_fenced(name).unwrap_err();
+        assert!(!err.is_invalid_argument(), "{err}");
+        assert!(
+            !manager.get_lock(name).is_locked()?,
+            "{name} was left locked"
+        );
+        let after: String = conn.get(&counter).unwrap();
+        assert_eq!(after, value, "the counter is unchanged");
+    }
+    Ok(())
+}
+
+#[test]
+fn threads_taking_turns_get_tokens_in_the_order_they_held_the_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let seen = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..25 {
+                    let guard = manager.lock_fenced("fence:line").expect("lock");
+                    // Recorded inside the critical section: the order of the holds.
+                    seen.lock().unwrap().push(guard.fencing_token().unwrap());
+                    guard.unlock().expect("unlock");
+                }
+            });
+        }
+    });
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 100);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "tokens out of order: {seen:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_counter_follows_redissons_brace_rule() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let guard = manager.lock_fenced("{orders}:42")?;
+    let counter: u64 = conn.get("redisson_lock_token:{orders}:42").unwrap();
+    assert_eq!(Some(counter), guard.fencing_token());
+    Ok(())
+}
