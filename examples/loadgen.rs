@@ -671,7 +671,7 @@ fn w4_watchdog_scale(url: &str, scale: &Scale) -> Vec<Row> {
     let stats = manager.stats();
     let sweeps = stats.renewal_sweeps - stats_before.renewal_sweeps;
     let round_trips = stats.round_trips - stats_before.round_trips;
-    let lost = guards.iter().filter(|g| g.is_renewal_lost()).count() as u64
+    let lost = guards.iter().filter(|g| g.is_lost()).count() as u64
         + (stats.holds_lost - stats_before.holds_lost);
     let mut not_held = 0;
     for guard in guards {

@@ -250,13 +250,47 @@ redis_lock_result redis_lock_remaining_ttl(redis_lock_manager *m,
                                            uint64_t *ttl_ms);
 
 /**
- * Whether the watchdog found the guard's hold gone (expired or taken over) at a renewal; no
- * I/O. Always false for fixed-lease guards and for NULL.
+ * Whether the guard's lock is lost as far as this client can tell, without I/O: the watchdog
+ * found it gone, or the lease last confirmed by Redis ran out without a renewal. False for
+ * NULL.
  *
  * # Safety
  * `g` is NULL or a live guard.
  */
-bool redis_lock_guard_is_renewal_lost(const redis_lock_guard *g);
+bool redis_lock_guard_is_lost(const redis_lock_guard *g);
+
+/**
+ * Sets `*token` to the guard's fencing token and returns true, for guards from
+ * `redis_lock_lock_fenced` and `redis_lock_try_lock_fenced`; returns false (and leaves
+ * `*token`) for other guards and for NULL arguments.
+ *
+ * # Safety
+ * `g` is NULL or a live guard; `token` is NULL or valid for a write.
+ */
+bool redis_lock_guard_fencing_token(const redis_lock_guard *g, uint64_t *token);
+
+/**
+ * Like `redis_lock_lock`, and the guard carries a fencing token
+ * (`redis_lock_guard_fencing_token`) that strictly increases with every fenced acquisition
+ * of `name`, by any client.
+ *
+ * # Safety
+ * As for `redis_lock_lock`.
+ */
+redis_lock_result redis_lock_lock_fenced(redis_lock_manager *m,
+                                         const char *name,
+                                         redis_lock_guard **out);
+
+/**
+ * Like `redis_lock_try_lock`, with a fencing token as `redis_lock_lock_fenced`.
+ *
+ * # Safety
+ * As for `redis_lock_lock`.
+ */
+redis_lock_result redis_lock_try_lock_fenced(redis_lock_manager *m,
+                                             const char *name,
+                                             uint64_t wait_ms,
+                                             redis_lock_guard **out);
 
 /**
  * The default options (every field filled in with its default value).

@@ -23,11 +23,13 @@
 //! renewal period), and takes the turn if Redis gives it the lock.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::clock::BootInstant;
 use crate::names::LockKeys;
 
 /// The turns of the locks that threads of a manager contend for.
@@ -55,6 +57,8 @@ struct Queued {
     lease_ms: u64,
     /// Whether it wants a fencing token: then it acquires itself.
     fenced: bool,
+    /// When the releasing thread sent the acquire in its name (boot clock, ns).
+    sent: AtomicU64,
     state: Mutex<Handoff>,
     wake: Condvar,
 }
@@ -75,9 +79,10 @@ enum Handoff {
 pub(crate) enum Entry {
     /// The caller has the turn (it was free or handed over): it may contend in Redis.
     Turn,
-    /// The lock was acquired in the caller's name, by the releasing thread's handoff or by
-    /// the caller's own probe after its patience ran out: it holds the lock and the turn.
-    Acquired,
+    /// The lock was acquired in the caller's name, by the releasing thread's handoff (`sent`
+    /// says when that request went out) or by the caller's own probe after its patience ran
+    /// out (`sent: None`): it holds the lock and the turn.
+    Acquired { sent: Option<BootInstant> },
     /// The wait passed while another local thread had the turn.
     TimedOut,
 }
@@ -99,6 +104,11 @@ impl Successor {
     /// A fenced acquire takes a token, which only that thread's own attempt returns to it.
     pub(crate) fn wants_token(&self) -> bool {
         self.queued.fenced
+    }
+
+    /// Records when the acquire in its name is sent: its lease is counted from then.
+    pub(crate) fn mark_sent(&self, at: BootInstant) {
+        self.queued.sent.store(at.as_nanos(), Ordering::Release);
     }
 }
 
@@ -137,6 +147,7 @@ impl Gates {
                         thread,
                         lease_ms,
                         fenced,
+                        sent: AtomicU64::new(0),
                         state: Mutex::new(Handoff::Waiting),
                         wake: Condvar::new(),
                     });
@@ -170,7 +181,7 @@ impl Gates {
             match probe() {
                 Ok(None) => {
                     self.take_over(keys, thread);
-                    return Ok(Entry::Acquired);
+                    return Ok(Entry::Acquired { sent: None });
                 }
                 Ok(Some(ttl)) => {
                     // Held after all (by the turn holder or someone else): look again when that
@@ -394,7 +405,10 @@ impl Queued {
         let mut state = self.state.lock();
         loop {
             match *state {
-                Handoff::Granted { acquired: true } => return Some(Entry::Acquired),
+                Handoff::Granted { acquired: true } => {
+                    let sent = BootInstant::from_nanos(self.sent.load(Ordering::Acquire));
+                    return Some(Entry::Acquired { sent: Some(sent) });
+                }
                 Handoff::Granted { acquired: false } => return Some(Entry::Turn),
                 // A handoff in flight ends within one round trip: wait for it whatever `until`.
                 Handoff::InFlight => {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::names::LockKeys;
@@ -23,8 +24,10 @@ pub struct LockGuard {
     lock: Lock,
     thread: u64,
     lease_ms: u64,
-    /// Present when the watchdog renews this hold.
-    renewal: Option<Arc<HoldStatus>>,
+    /// What the watchdog knows of this thread's hold: lost or not, the confirmed deadline.
+    status: Arc<HoldStatus>,
+    /// Whether the watchdog renews it (no fixed lease).
+    renewed: bool,
     /// The fencing token of a fenced acquisition.
     token: Option<u64>,
     released: bool,
@@ -35,14 +38,16 @@ impl LockGuard {
         lock: Lock,
         thread: u64,
         lease_ms: u64,
-        renewal: Option<Arc<HoldStatus>>,
+        status: Arc<HoldStatus>,
+        renewed: bool,
         token: Option<u64>,
     ) -> Self {
         LockGuard {
             lock,
             thread,
             lease_ms,
-            renewal,
+            status,
+            renewed,
             token,
             released: false,
         }
@@ -88,23 +93,53 @@ impl LockGuard {
 
     /// The fixed lease this hold was taken with; `None` when the watchdog renews it.
     pub fn lease(&self) -> Option<Duration> {
-        match self.renewal {
-            Some(_) => None,
-            None => Some(Duration::from_millis(self.lease_ms)),
+        match self.renewed {
+            true => None,
+            false => Some(Duration::from_millis(self.lease_ms)),
         }
     }
 
-    /// Whether the watchdog found this hold gone (expired or taken over) at a renewal. Always
-    /// `false` for fixed-lease guards, which are not renewed. No I/O.
-    pub fn is_renewal_lost(&self) -> bool {
-        self.renewal.as_ref().is_some_and(|s| s.is_lost())
+    /// Whether the lock is lost, as far as this client can tell without asking Redis: the
+    /// watchdog found the hold gone at a renewal (expired, force-unlocked, taken over), or the
+    /// lease last confirmed by Redis has run out without a confirmed renewal (Redis down or
+    /// slow past the lease, a fixed lease that passed, the machine suspended). No I/O.
+    ///
+    /// The confirmed lease is counted from when the acquire or renewal request was *sent*,
+    /// less a small margin, on a clock that keeps counting through suspend: `false` means the
+    /// lease has not run out on Redis' side either. Once `true`, another client may hold the
+    /// lock; protect writes with [fencing tokens](Self::fencing_token) where that matters.
+    pub fn is_lost(&self) -> bool {
+        self.status.is_lost()
+    }
+
+    /// The lease left as last confirmed by Redis (see [`is_lost`](Self::is_lost)); `None`
+    /// once lost. For renewed locks it goes back up at every renewal.
+    pub fn remaining_lease(&self) -> Option<Duration> {
+        self.status.remaining()
+    }
+
+    /// A receiver that gets one message the moment the lock is found lost: by the watchdog at
+    /// a renewal, or when the confirmed lease runs out without a renewal (checked every half
+    /// renewal period). If the guard is released first, the receiver is disconnected instead.
+    ///
+    /// ```no_run
+    /// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
+    /// let guard = manager.lock("jobs:nightly")?;
+    /// let lost = guard.lost_signal();
+    /// // ... between steps of the work:
+    /// if lost.try_recv().is_ok() {
+    ///     // stop: someone else may hold the lock now
+    /// }
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
+    pub fn lost_signal(&self) -> crossbeam_channel::Receiver<()> {
+        self.status.lost_signal()
     }
 
     fn release(&self) -> Result<()> {
         let inner = &self.lock.manager().inner;
         let owner = owner_field(&inner.client_id, self.thread);
-        let renewing =
-            self.renewal.is_some() || inner.watchdog.is_renewing(self.keys(), self.thread);
+        let renewing = self.renewed || inner.watchdog.is_renewing(self.keys(), self.thread);
         // Holds that remain keep the lease the watchdog gives them, if it renews them.
         let lease_ms = if renewing {
             inner.config.watchdog_timeout_ms
@@ -114,7 +149,7 @@ impl LockGuard {
         // Count the hold off first: whether it was this thread's last decides the handoff.
         let left = inner
             .watchdog
-            .unregister(self.keys(), self.thread, self.renewal.is_some());
+            .unregister(self.keys(), self.thread, self.renewed);
         let outcome = inner
             .gates
             .release(self.keys(), self.thread, left == 0, |successor| {
@@ -123,6 +158,7 @@ impl LockGuard {
                     return (inner.store.release(self.keys(), lease_ms, &owner), false);
                 };
                 // The next local thread's acquire rides in the same round trip.
+                next.mark_sent(BootInstant::now());
                 let next_owner = owner_field(&inner.client_id, next.thread());
                 match inner.store.release_and_acquire(
                     self.keys(),

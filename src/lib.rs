@@ -120,6 +120,7 @@
 
 #[cfg(feature = "capi")]
 mod capi;
+mod clock;
 mod config;
 mod error;
 mod gate;

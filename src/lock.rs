@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::BootInstant;
 use crate::config::{check_wait, to_millis};
 use crate::error::{Error, Result};
 use crate::gate::Entry;
@@ -194,21 +195,56 @@ impl Lock {
         lease: Option<Duration>,
         fenced: bool,
     ) -> Result<Option<LockGuard>> {
-        let keys = self.keys()?;
-        let inner = &self.manager.inner;
+        self.keys()?;
         let lease_ms = match lease {
             Some(lease) => to_millis("lease", lease)?,
-            None => inner.config.watchdog_timeout_ms,
+            None => self.manager.inner.config.watchdog_timeout_ms,
         };
         if let Some(wait) = wait {
             check_wait(wait)?;
         }
         let deadline = wait.map(|wait| Instant::now() + wait);
+        let one_attempt = wait == Some(Duration::ZERO);
+        loop {
+            let guard = self.acquire_until(deadline, one_attempt, lease, lease_ms, fenced)?;
+            match guard {
+                // A reply that came back too late to leave a useful lease is not a lock: the
+                // server may count the lease from earlier than this side can prove. Release
+                // it (dropping the guard does) and try again while the wait allows.
+                Some(guard) if !has_useful_lease(&guard, lease_ms) => {
+                    log::warn!(
+                        "lock {:?}: the acquire's reply came too late to leave a useful lease; \
+                         released it",
+                        self.name()
+                    );
+                    drop(guard);
+                    if one_attempt || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// One acquire, until `deadline` (see [`acquire`](Self::acquire)).
+    fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        one_attempt: bool,
+        lease: Option<Duration>,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Result<Option<LockGuard>> {
+        let keys = self.keys()?;
+        let inner = &self.manager.inner;
         let thread = current_thread_number();
         let owner = owner_field(&inner.client_id, thread);
-        // The token of the attempt that succeeded, if fenced.
+        // When the last attempt was sent (its lease counts from then), and its token if fenced.
+        let sent = Cell::new(BootInstant::now());
         let token = Cell::new(None);
         let attempt = || {
+            sent.set(BootInstant::now());
             let outcome = if fenced {
                 inner.store.try_acquire_fenced(keys, lease_ms, &owner)?
             } else {
@@ -219,11 +255,19 @@ impl Lock {
             }
             Ok(outcome)
         };
-        let acquired = |this: &Self| Ok(Some(this.granted(thread, lease_ms, lease, token.get())));
+        let acquired = |this: &Self| {
+            Ok(Some(this.granted(
+                thread,
+                lease_ms,
+                lease,
+                token.get(),
+                sent.get(),
+            )))
+        };
 
         // Reentrant: this thread holds the lock already, so no local thread can be ahead.
         let reentrant = inner.watchdog.holds(keys, thread) > 0;
-        if wait == Some(Duration::ZERO) {
+        if one_attempt {
             // One attempt and no queueing; while a local thread has the turn, the lock is
             // held or about to be, and the answer is no without asking.
             if !reentrant && !inner.gates.may_attempt(keys, thread) {
@@ -255,7 +299,12 @@ impl Lock {
             })?;
         match entry {
             Entry::TimedOut => return Ok(None),
-            Entry::Acquired => return acquired(self),
+            Entry::Acquired { sent: handed } => {
+                if let Some(at) = handed {
+                    sent.set(at); // acquired by the releasing thread's request
+                }
+                return acquired(self);
+            }
             Entry::Turn => {}
         }
         match self.contend(keys, deadline, attempted, &attempt) {
@@ -317,14 +366,25 @@ impl Lock {
         lease_ms: u64,
         lease: Option<Duration>,
         token: Option<u64>,
+        sent: BootInstant,
     ) -> LockGuard {
         let keys = self.valid_keys();
         let inner = &self.manager.inner;
         inner.gates.acquired(keys, thread, lease);
-        let status = inner.watchdog.register(keys, thread, lease.is_none());
-        let renewal = lease.is_none().then_some(status);
-        LockGuard::new(self.clone(), thread, lease_ms, renewal, token)
+        let renewed = lease.is_none();
+        let lease = Duration::from_millis(lease_ms);
+        let status = inner.watchdog.register(keys, thread, renewed, sent, lease);
+        LockGuard::new(self.clone(), thread, lease_ms, status, renewed, token)
     }
+}
+
+/// Whether a new hold has at least a tenth of its lease left, as confirmed (counted from when
+/// its request was sent).
+fn has_useful_lease(guard: &LockGuard, lease_ms: u64) -> bool {
+    let lease = Duration::from_millis(lease_ms);
+    guard
+        .remaining_lease()
+        .is_some_and(|left| left >= lease / 10)
 }
 
 impl fmt::Debug for Lock {

@@ -68,10 +68,13 @@ impl Pool {
         Ok(conn)
     }
 
-    /// Takes an idle connection, opens a new one if the pool is below its size, or waits up to
-    /// the response timeout for one to be returned.
-    pub(crate) fn get(&self) -> Result<PooledConnection<'_>> {
-        let deadline = Instant::now() + self.response_timeout;
+    /// Takes an idle connection, opens a new one if the pool is below its size, or waits for
+    /// one to be returned: waiting and connecting take at most `budget` or the configured
+    /// timeouts, whichever is shorter (the watchdog's renewals must not outlast the leases they
+    /// are meant to save).
+    pub(crate) fn get_within(&self, budget: Duration) -> Result<PooledConnection<'_>> {
+        let wait = budget.min(self.response_timeout);
+        let deadline = Instant::now() + wait;
         let mut state = self.state.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
@@ -84,7 +87,7 @@ impl Pool {
             if state.open < self.max_size {
                 state.open += 1;
                 drop(state);
-                return match self.open_connection() {
+                return match self.open_connection(budget) {
                     Ok(conn) => Ok(PooledConnection {
                         pool: self,
                         conn: Some(conn),
@@ -99,7 +102,7 @@ impl Pool {
             if self.freed.wait_until(&mut state, deadline).timed_out() {
                 return Err(Error::Timeout {
                     operation: "waiting for a pooled connection",
-                    after: self.response_timeout,
+                    after: wait,
                 });
             }
         }
@@ -107,7 +110,7 @@ impl Pool {
 
     /// Opens a fresh connection outside the idle list, for a retry after a reused connection
     /// turned out dead. It counts against the pool like any other.
-    pub(crate) fn get_fresh(&self) -> Result<PooledConnection<'_>> {
+    pub(crate) fn get_fresh(&self, budget: Duration) -> Result<PooledConnection<'_>> {
         // Drop every idle connection: if one died (server restart), its siblings almost
         // certainly did too, and each would otherwise cost a failed round trip.
         let stale = {
@@ -119,7 +122,7 @@ impl Pool {
         };
         drop(stale);
         self.freed.notify_all();
-        match self.open_connection() {
+        match self.open_connection(budget) {
             Ok(conn) => Ok(PooledConnection {
                 pool: self,
                 conn: Some(conn),
@@ -132,8 +135,11 @@ impl Pool {
         }
     }
 
-    fn open_connection(&self) -> Result<Connection> {
-        let conn = self.connect_dedicated()?;
+    fn open_connection(&self, budget: Duration) -> Result<Connection> {
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout.min(budget))
+            .map_err(|source| Error::Connect { source })?;
         let timeout = Some(self.response_timeout);
         conn.set_read_timeout(timeout)
             .and_then(|()| conn.set_write_timeout(timeout))

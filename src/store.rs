@@ -245,7 +245,14 @@ impl LockStore {
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script
     /// call and all calls in one pipeline (one round trip). Returns, per entry, whether the
     /// hold was still there.
-    pub(crate) fn renew(&self, batch: &[(&str, &str)], timeout_ms: u64) -> Result<Vec<bool>> {
+    /// The whole call (waiting for a connection, connecting, the reply) takes at most
+    /// `budget`, so that a stalled server cannot hold the watchdog past the leases it renews.
+    pub(crate) fn renew(
+        &self,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<bool>> {
         let mut pipe = redis::pipe();
         for chunk in batch.chunks(RENEW_KEYS_PER_CALL) {
             let call = pipe
@@ -262,7 +269,7 @@ impl LockStore {
         }
         let calls = batch.len().div_ceil(RENEW_KEYS_PER_CALL) as u64;
         let replies: Vec<Vec<i64>> =
-            self.run("renew", "", calls, |conn| match pipe.query(conn) {
+            self.run_within("renew", "", calls, budget, |conn| match pipe.query(conn) {
                 Err(err) if is_noscript(&err) => {
                     self.scripts.renew.load(conn)?;
                     pipe.query(conn)
@@ -362,9 +369,34 @@ impl LockStore {
         commands: u64,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let mut conn = self.pool.get()?;
+        self.run_within(operation, name, commands, self.response_timeout, op)
+    }
+
+    /// [`run`](Self::run) with every wait (for a connection, to connect, for the reply) cut
+    /// to `budget` when that is shorter than the configured timeouts.
+    fn run_within<T>(
+        &self,
+        operation: &'static str,
+        name: &str,
+        commands: u64,
+        budget: Duration,
+        op: impl Fn(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        let budget = budget.max(Duration::from_millis(1));
+        let shortened = budget < self.response_timeout;
+        let call = |conn: &mut Connection| {
+            if shortened {
+                conn.set_read_timeout(Some(budget))?;
+            }
+            let result = op(conn);
+            if shortened && !result.as_ref().is_err_and(is_broken) {
+                conn.set_read_timeout(Some(self.response_timeout))?;
+            }
+            result
+        };
+        let mut conn = self.pool.get_within(budget)?;
         self.counters.sent(commands);
-        let err = match op(&mut conn) {
+        let err = match call(&mut conn) {
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
@@ -372,25 +404,31 @@ impl LockStore {
             if is_broken(&err) {
                 conn.discard();
             }
-            return Err(self.classify(operation, name, err));
+            return Err(self.classify(operation, name, err, budget));
         }
         conn.discard();
         log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
-        let mut conn = self.pool.get_fresh()?;
+        let mut conn = self.pool.get_fresh(budget)?;
         self.counters.sent(commands);
-        op(&mut conn).map_err(|err| {
+        call(&mut conn).map_err(|err| {
             if is_broken(&err) {
                 conn.discard();
             }
-            self.classify(operation, name, err)
+            self.classify(operation, name, err, budget)
         })
     }
 
-    fn classify(&self, operation: &'static str, name: &str, err: RedisError) -> Error {
+    fn classify(
+        &self,
+        operation: &'static str,
+        name: &str,
+        err: RedisError,
+        budget: Duration,
+    ) -> Error {
         if err.is_timeout() {
             Error::Timeout {
                 operation,
-                after: self.response_timeout,
+                after: budget.min(self.response_timeout),
             }
         } else {
             Error::from_command(operation, name, err)

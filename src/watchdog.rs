@@ -11,26 +11,76 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::clock::{lease_deadline, BootInstant};
 use crate::names::LockKeys;
 use crate::owner::owner_field;
 use crate::store::LockStore;
 
-/// What the holders of one renewed hold can observe about it.
+/// What the guards of one thread's hold on one lock can observe about it, without I/O.
 #[derive(Debug, Default)]
 pub(crate) struct HoldStatus {
+    /// Found gone at a renewal, or its confirmed lease ran out without a renewal.
     lost: AtomicBool,
+    /// The end of the lease as last confirmed by Redis (acquire or renewal), on the boot
+    /// clock, measured from when that request was sent.
+    deadline: AtomicU64,
+    /// The guards' lost signals, told when the hold is found lost; dropped with the hold.
+    signals: Mutex<Vec<Sender<()>>>,
 }
 
 impl HoldStatus {
+    /// Lost: the watchdog found it gone, or its confirmed lease is over.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.lost.load(Ordering::Acquire) || BootInstant::now() >= self.deadline()
+    }
+
+    /// The confirmed lease left; `None` once lost.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        if self.lost.load(Ordering::Acquire) {
+            return None;
+        }
+        let left = self.deadline().saturating_since(BootInstant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// A receiver that gets one message when the hold is found lost, and is disconnected when
+    /// the hold ends without that.
+    pub(crate) fn lost_signal(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.lost.load(Ordering::Acquire) {
+            let _ = tx.send(());
+        } else {
+            self.signals.lock().push(tx);
+        }
+        rx
+    }
+
+    fn deadline(&self) -> BootInstant {
+        BootInstant::from_nanos(self.deadline.load(Ordering::Acquire))
+    }
+
+    fn confirm(&self, deadline: BootInstant) {
+        self.deadline.store(deadline.as_nanos(), Ordering::Release);
+    }
+
+    /// Marks the hold lost and tells every signal; only the first call does anything.
+    fn mark_lost(&self) -> bool {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        for signal in self.signals.lock().drain(..) {
+            let _ = signal.try_send(());
+        }
+        true
     }
 }
 
@@ -71,6 +121,8 @@ struct State {
     renewals: HashMap<HoldKey, Renewal>,
     /// Whether the thread sleeps until woken (nothing held for a while) rather than ticking.
     dormant: bool,
+    /// When the sleeping thread means to wake; a hold whose lease ends earlier wakes it.
+    wake_at: Option<Instant>,
     shutdown: bool,
 }
 
@@ -116,37 +168,43 @@ impl Watchdog {
         })
     }
 
-    /// Records one more hold of `thread` on `keys`; `renewed` ones are renewed from now on.
+    /// Records one more hold of `thread` on `keys`, whose lease of `lease` was confirmed by a
+    /// request sent at `sent`; `renewed` ones are renewed from now on.
     pub(crate) fn register(
         &self,
         keys: &Arc<LockKeys>,
         thread: u64,
         renewed: bool,
+        sent: BootInstant,
+        lease: Duration,
     ) -> Arc<HoldStatus> {
         let hold = HoldKey {
             keys: Arc::clone(keys),
             thread,
         };
         let mut state = self.shared.state.lock();
-        let renewal = state
-            .renewals
-            .entry(hold.clone())
-            .or_insert_with(|| Renewal {
-                holds: 0,
-                fixed: 0,
-                due: None,
-                status: Arc::new(HoldStatus::default()),
-            });
+        let renewal = state.renewals.entry(hold).or_insert_with(|| Renewal {
+            holds: 0,
+            fixed: 0,
+            due: None,
+            status: Arc::new(HoldStatus::default()),
+        });
+        // Every acquire (a re-entry too) sets the key's TTL afresh.
+        let deadline = lease_deadline(sent, lease);
+        renewal.status.confirm(deadline);
         let status = Arc::clone(&renewal.status);
-        if !renewed {
+        if renewed {
+            renewal.holds += 1;
+            if renewal.due.is_none() {
+                renewal.due = Some(Instant::now() + self.shared.period);
+            }
+        } else {
             renewal.fixed += 1;
-            return status;
         }
-        renewal.holds += 1;
-        if renewal.due.is_none() {
-            renewal.due = Some(Instant::now() + self.shared.period);
-        }
-        if state.dormant {
+        // Awake while anything is held: it renews, and it reports leases that ran out as soon
+        // as they do.
+        let ends = Instant::now() + deadline.saturating_since(BootInstant::now());
+        if state.dormant || state.wake_at.is_some_and(|at| ends < at) {
             state.dormant = false;
             self.shared.wake.notify_one();
         }
@@ -236,8 +294,13 @@ fn run(shared: &Shared) {
             next = Instant::now() + tick;
             continue;
         }
+        // Leases that ran out are reported at once, not at the next tick.
+        expire_overdue(shared, &mut state);
         if Instant::now() < next {
-            shared.wake.wait_until(&mut state, next);
+            let until = earliest_deadline(&state).map_or(next, |end| end.min(next));
+            state.wake_at = Some(until);
+            shared.wake.wait_until(&mut state, until);
+            state.wake_at = None;
             continue;
         }
         let now = Instant::now();
@@ -254,12 +317,43 @@ fn run(shared: &Shared) {
         if batch.is_empty() {
             continue;
         }
-        let sent = Instant::now();
-        let outcome = MutexGuard::unlocked(&mut state, || renew(shared, &batch));
+        let deadlines: Vec<BootInstant> = batch
+            .iter()
+            .filter_map(|hold| state.renewals.get(hold))
+            .map(|renewal| renewal.status.deadline())
+            .collect();
+        let sent = (Instant::now(), BootInstant::now());
+        let outcome = MutexGuard::unlocked(&mut state, || renew(shared, &batch, &deadlines));
         if let Some(retry_at) = apply(shared, &mut state, batch, outcome, sent) {
             next = next.min(retry_at);
         }
     }
+}
+
+/// Holds whose confirmed lease ran out without a confirmed renewal (Redis unreachable or too
+/// slow, or a fixed lease that was not released in time) are lost: their owners are told,
+/// and they are not renewed any more.
+fn expire_overdue(shared: &Shared, state: &mut State) {
+    let now = BootInstant::now();
+    state.renewals.retain(|hold, renewal| {
+        if renewal.status.deadline() > now {
+            return true;
+        }
+        if renewal.status.mark_lost() {
+            shared.store.counters.hold_lost();
+            log::warn!(
+                "lock {:?} is lost: its lease ran out without a confirmed renewal",
+                hold.keys.name
+            );
+        }
+        false
+    });
+}
+
+/// When the first confirmed lease of a hold ends, on the clock the thread sleeps by.
+fn earliest_deadline(state: &State) -> Option<Instant> {
+    let first = state.renewals.values().map(|r| r.status.deadline()).min()?;
+    Some(Instant::now() + first.saturating_since(BootInstant::now()))
 }
 
 /// Every renewed hold due before `horizon`.
@@ -273,7 +367,7 @@ fn take_due(state: &State, horizon: Instant) -> Vec<HoldKey> {
 }
 
 /// Sends one renewal sweep. `None` means it failed (error or panic) and should be retried.
-fn renew(shared: &Shared, batch: &[HoldKey]) -> Option<Vec<bool>> {
+fn renew(shared: &Shared, batch: &[HoldKey], deadlines: &[BootInstant]) -> Option<Vec<bool>> {
     let owners: Vec<String> = batch
         .iter()
         .map(|h| owner_field(&shared.client_id, h.thread))
@@ -283,9 +377,17 @@ fn renew(shared: &Shared, batch: &[HoldKey]) -> Option<Vec<bool>> {
         .zip(&owners)
         .map(|(h, o)| (&*h.keys.name, o.as_str()))
         .collect();
+    // No longer than the first of these leases has left: past that, they are lost anyway and
+    // their owners must be told, which this thread does between sweeps.
+    let now = BootInstant::now();
+    let budget = deadlines
+        .iter()
+        .map(|deadline| deadline.saturating_since(now))
+        .min()
+        .unwrap_or_default();
     shared.store.counters.renewal_sweep();
     match catch_unwind(AssertUnwindSafe(|| {
-        shared.store.renew(&pairs, shared.timeout_ms)
+        shared.store.renew(&pairs, shared.timeout_ms, budget)
     })) {
         Ok(Ok(renewed)) if renewed.len() == batch.len() => Some(renewed),
         Ok(Ok(renewed)) => {
@@ -317,7 +419,7 @@ fn apply(
     state: &mut State,
     batch: Vec<HoldKey>,
     outcome: Option<Vec<bool>>,
-    sent: Instant,
+    sent: (Instant, BootInstant),
 ) -> Option<Instant> {
     let retry_at = Instant::now()
         + (shared.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
@@ -329,9 +431,13 @@ fn apply(
             continue; // no renewed hold left while the sweep was in flight
         }
         renewal.due = Some(match &outcome {
-            Some(renewed) if renewed[i] => sent + shared.period,
+            Some(renewed) if renewed[i] => {
+                let timeout = Duration::from_millis(shared.timeout_ms);
+                renewal.status.confirm(lease_deadline(sent.1, timeout));
+                sent.0 + shared.period
+            }
             Some(_) => {
-                renewal.status.lost.store(true, Ordering::Release);
+                renewal.status.mark_lost();
                 shared.store.counters.hold_lost();
                 log::warn!(
                     "lock {:?} was lost: the watchdog found no hold of its owner",

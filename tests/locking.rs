@@ -204,7 +204,7 @@ fn the_watchdog_keeps_a_lock_alive_past_several_timeouts() -> Result<()> {
         min_pttl > 0,
         "the lock expired while held (min pttl {min_pttl})"
     );
-    assert!(!guard.is_renewal_lost());
+    assert!(!guard.is_lost());
     guard.unlock()?;
     Ok(())
 }
@@ -251,7 +251,7 @@ fn a_lost_watchdog_lock_is_detected_and_no_longer_renewed() -> Result<()> {
     let guard = manager.lock("lost")?;
     manager.get_lock("lost").force_unlock()?;
     assert!(
-        support::eventually(Duration::from_secs(10), || guard.is_renewal_lost()),
+        support::eventually(Duration::from_secs(10), || guard.is_lost()),
         "the watchdog must notice the missing owner field"
     );
     assert_eq!(manager.renewing_count(), 0);
@@ -326,7 +326,7 @@ fn scripts_are_reloaded_after_script_flush() -> Result<()> {
         .unwrap();
     // Renewal (a pipelined EVALSHA) must survive the flush too: outlive two timeouts.
     thread::sleep(Duration::from_secs(2));
-    assert!(!guard.is_renewal_lost());
+    assert!(!guard.is_lost());
     assert!(manager.get_lock("flushed").is_locked()?);
     guard.unlock()?;
     Ok(())
@@ -357,6 +357,6 @@ fn renewals_of_many_locks_are_batched() -> Result<()> {
         let exists: bool = conn.exists(format!("batch:{i}")).unwrap();
         assert!(exists, "lock {i} expired while held");
     }
-    assert!(guards.iter().all(|g| !g.is_renewal_lost()));
+    assert!(guards.iter().all(|g| !g.is_lost()));
     Ok(())
 }

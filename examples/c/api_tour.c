@@ -143,7 +143,7 @@ static void bad_arguments(redis_lock_manager *m) {
     EXPECT(redis_lock_force_unlock(m, NULL, &flag), REDIS_LOCK_INVALID_ARGUMENT);
     EXPECT(redis_lock_unlock(NULL), REDIS_LOCK_INVALID_ARGUMENT);
     redis_lock_guard_free(NULL);
-    CHECK(!redis_lock_guard_is_renewal_lost(NULL));
+    CHECK(!redis_lock_guard_is_lost(NULL));
 }
 
 static void reentrant_lock(redis_lock_manager *m) {
@@ -163,7 +163,7 @@ static void reentrant_lock(redis_lock_manager *m) {
     uint64_t ttl = 0;
     EXPECT(redis_lock_remaining_ttl(m, name, &ttl), REDIS_LOCK_OK);
     CHECK(ttl > 0 && ttl <= 30000);
-    CHECK(!redis_lock_guard_is_renewal_lost(outer));
+    CHECK(!redis_lock_guard_is_lost(outer));
 
     on_another_thread(m, name, NULL);
 
@@ -182,7 +182,9 @@ static void leases(redis_lock_manager *m) {
     redis_lock_guard *g = NULL;
     bool flag = true;
     EXPECT(redis_lock_lock_with_lease(m, "tour:lease", 100, &g), REDIS_LOCK_OK);
+    CHECK(!redis_lock_guard_is_lost(g));
     sleep_ms(400);
+    CHECK(redis_lock_guard_is_lost(g)); /* the fixed lease is over: known without I/O */
     EXPECT(redis_lock_is_locked(m, "tour:lease", &flag), REDIS_LOCK_OK);
     CHECK(!flag);
     EXPECT(redis_lock_unlock(g), REDIS_LOCK_NOT_HELD);
@@ -207,6 +209,24 @@ static void force_unlock(redis_lock_manager *m) {
     CHECK(!released);
     EXPECT(redis_lock_force_unlock(m, "tour:force", NULL), REDIS_LOCK_OK);
     EXPECT(redis_lock_unlock(g), REDIS_LOCK_NOT_HELD);
+}
+
+static void fencing(redis_lock_manager *m) {
+    redis_lock_guard *first = NULL, *second = NULL, *plain = NULL;
+    uint64_t t1 = 0, t2 = 0, unchanged = 42;
+    EXPECT(redis_lock_lock_fenced(m, "tour:fenced", &first), REDIS_LOCK_OK);
+    CHECK(redis_lock_guard_fencing_token(first, &t1));
+    EXPECT(redis_lock_unlock(first), REDIS_LOCK_OK);
+    EXPECT(redis_lock_try_lock_fenced(m, "tour:fenced", 100, &second), REDIS_LOCK_OK);
+    CHECK(redis_lock_guard_fencing_token(second, &t2));
+    CHECK(t2 > t1);
+    CHECK(!redis_lock_guard_fencing_token(second, NULL));
+    CHECK(!redis_lock_guard_fencing_token(NULL, &t2));
+    EXPECT(redis_lock_lock(m, "tour:unfenced", &plain), REDIS_LOCK_OK);
+    CHECK(!redis_lock_guard_fencing_token(plain, &unchanged));
+    CHECK(unchanged == 42);
+    redis_lock_guard_free(plain);
+    redis_lock_guard_free(second);
 }
 
 static void wrong_type(redis_lock_manager *m, const char *host, int port) {
@@ -238,7 +258,7 @@ static void watchdog_and_lifetime(const char *url) {
     bool flag = false;
     EXPECT(redis_lock_is_held_by_current_thread(m, "tour:watchdog", &flag), REDIS_LOCK_OK);
     CHECK(flag);
-    CHECK(!redis_lock_guard_is_renewal_lost(g));
+    CHECK(!redis_lock_guard_is_lost(g));
     /* A guard outlives its manager handle and still releases. */
     redis_lock_manager_free(m);
     EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
@@ -260,6 +280,7 @@ int main(int argc, char **argv) {
     reentrant_lock(m);
     leases(m);
     force_unlock(m);
+    fencing(m);
     wrong_type(m, argv[1], atoi(argv[2]));
     redis_lock_manager_free(m);
     watchdog_and_lifetime(url);

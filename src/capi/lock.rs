@@ -254,20 +254,86 @@ pub unsafe extern "C" fn redis_lock_remaining_ttl(
     }
 }
 
-/// Whether the watchdog found the guard's hold gone (expired or taken over) at a renewal; no
-/// I/O. Always false for fixed-lease guards and for NULL.
+/// Whether the guard's lock is lost as far as this client can tell, without I/O: the watchdog
+/// found it gone, or the lease last confirmed by Redis ran out without a renewal. False for
+/// NULL.
 ///
 /// # Safety
 /// `g` is NULL or a live guard.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_guard_is_renewal_lost(g: *const redis_lock_guard) -> bool {
+pub unsafe extern "C" fn redis_lock_guard_is_lost(g: *const redis_lock_guard) -> bool {
     // SAFETY: the caller's contract.
     let Some(handle) = (unsafe { g.as_ref() }) else {
         return false;
     };
     let mut lost = false;
-    guarded_void(|| lost = handle.guard.is_renewal_lost());
+    guarded_void(|| lost = handle.guard.is_lost());
     lost
+}
+
+/// Sets `*token` to the guard's fencing token and returns true, for guards from
+/// `redis_lock_lock_fenced` and `redis_lock_try_lock_fenced`; returns false (and leaves
+/// `*token`) for other guards and for NULL arguments.
+///
+/// # Safety
+/// `g` is NULL or a live guard; `token` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_guard_fencing_token(
+    g: *const redis_lock_guard,
+    token: *mut u64,
+) -> bool {
+    // SAFETY: the caller's contract.
+    let (Some(handle), false) = ((unsafe { g.as_ref() }), token.is_null()) else {
+        return false;
+    };
+    match handle.guard.fencing_token() {
+        Some(value) => {
+            // SAFETY: checked non-NULL above.
+            unsafe { token.write(value) };
+            true
+        }
+        None => false,
+    }
+}
+
+/// Like `redis_lock_lock`, and the guard carries a fencing token
+/// (`redis_lock_guard_fencing_token`) that strictly increases with every fenced acquisition
+/// of `name`, by any client.
+///
+/// # Safety
+/// As for `redis_lock_lock`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_lock_fenced(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager.lock_fenced(name).map(Some)
+        })
+    }
+}
+
+/// Like `redis_lock_try_lock`, with a fencing token as `redis_lock_lock_fenced`.
+///
+/// # Safety
+/// As for `redis_lock_lock`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_try_lock_fenced(
+    m: *mut redis_lock_manager,
+    name: *const c_char,
+    wait_ms: u64,
+    out: *mut *mut redis_lock_guard,
+) -> redis_lock_result {
+    let wait = Duration::from_millis(wait_ms);
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager.try_lock_fenced(name, wait)
+        })
+    }
 }
 
 /// The shared body of the inspection functions.

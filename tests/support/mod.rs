@@ -86,6 +86,30 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("server running")
+            .id()
+            .to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();

@@ -1,0 +1,152 @@
+//! The lost-lock signal: every guard knows, without I/O, whether its lease as last confirmed
+//! by Redis still holds, and can be told the moment the lock is found lost.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{LockManager, Result};
+use support::RedisServer;
+
+fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> LockManager {
+    LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .build()
+        .expect("manager")
+}
+
+#[test]
+fn a_renewed_lock_stays_confirmed_well_past_its_lease() -> Result<()> {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(600);
+    let manager = manager_with_watchdog(&server, timeout);
+    let guard = manager.lock("lost:renewed")?;
+    let lost = guard.lost_signal();
+    let left = guard.remaining_lease().expect("confirmed");
+    assert!(left <= timeout && left > timeout / 2, "{left:?}");
+    // Three leases long: only renewals keep it.
+    assert!(lost.recv_timeout(timeout * 3).is_err(), "no loss reported");
+    assert!(!guard.is_lost());
+    assert!(guard.remaining_lease().is_some());
+    guard.unlock()?;
+    Ok(())
+}
+
+#[test]
+fn a_lock_deleted_behind_the_holders_back_is_reported_within_one_renewal_period() -> Result<()> {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(900); // renewal period 300 ms
+    let manager = manager_with_watchdog(&server, timeout);
+    let guard = manager.lock("lost:deleted")?;
+    let lost = guard.lost_signal();
+    let _: () = server.conn().del("lost:deleted").unwrap();
+    let deleted = Instant::now();
+    lost.recv_timeout(Duration::from_secs(10))
+        .expect("the loss is signalled");
+    let after = deleted.elapsed();
+    // One period, plus scheduling slack for a loaded machine.
+    assert!(
+        after < timeout / 3 + Duration::from_millis(700),
+        "{after:?}"
+    );
+    assert!(guard.is_lost());
+    assert_eq!(guard.remaining_lease(), None);
+    assert!(guard.unlock().unwrap_err().is_not_held());
+    Ok(())
+}
+
+#[test]
+fn a_fixed_lease_is_known_lost_when_it_runs_out() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let lease = Duration::from_millis(300);
+    let acquired = Instant::now();
+    let guard = manager.lock_with_lease("lost:fixed", lease)?;
+    let lost = guard.lost_signal();
+    assert!(!guard.is_lost());
+    assert!(guard.remaining_lease().unwrap() <= lease);
+    lost.recv_timeout(Duration::from_secs(30))
+        .expect("the end of the lease is signalled");
+    // Never before the lease was over on Redis' side, which counts from the acquire, and
+    // promptly after (not at the watchdog's next 5 s tick).
+    let after = acquired.elapsed();
+    assert!(
+        after >= lease - lease / 100 - Duration::from_millis(2),
+        "{after:?}"
+    );
+    assert!(after < lease + Duration::from_secs(2), "{after:?}");
+    assert!(guard.is_lost());
+    Ok(())
+}
+
+#[test]
+fn redis_unreachable_past_the_lease_is_reported_lost() -> Result<()> {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(600);
+    let manager = LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .response_timeout(Duration::from_millis(200))
+        .build()?;
+    let guard = manager.lock("lost:frozen")?;
+    let lost = guard.lost_signal();
+    server.freeze();
+    let frozen = Instant::now();
+    let signalled = lost.recv_timeout(Duration::from_secs(10));
+    let after = frozen.elapsed();
+    server.thaw();
+    signalled.expect("the loss is signalled while Redis does not answer");
+    assert!(after <= timeout + Duration::from_secs(1), "{after:?}");
+    assert!(guard.is_lost());
+    drop(guard);
+    Ok(())
+}
+
+#[test]
+fn the_signal_disconnects_when_the_guard_is_released_normally() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let guard = manager.lock("lost:released")?;
+    let lost = guard.lost_signal();
+    guard.unlock()?;
+    assert!(
+        matches!(
+            lost.recv_timeout(Duration::from_secs(5)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        ),
+        "released, not lost"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_reply_too_late_to_leave_a_useful_lease_is_not_a_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let lease = Duration::from_millis(300);
+    // The server is frozen before the request is sent: it runs the acquire only when thawed,
+    // long after the client's clock for the lease started.
+    server.freeze();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let attempt = {
+        let manager = manager.clone();
+        std::thread::spawn(move || {
+            let got = manager.try_lock_with_lease("lost:late", Duration::from_millis(100), lease);
+            tx.send(()).unwrap();
+            got.map(|g| g.is_some())
+        })
+    };
+    // Let the lease pass on the client's clock while the request sits in the server's socket.
+    assert!(
+        rx.recv_timeout(lease * 2).is_err(),
+        "the call waits for the reply"
+    );
+    server.thaw();
+    let acquired = attempt.join().expect("thread")?;
+    assert!(!acquired, "a late grant is not reported as a lock");
+    assert!(
+        !manager.get_lock("lost:late").is_locked()?,
+        "and it was released, not left to expire"
+    );
+    Ok(())
+}
