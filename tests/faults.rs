@@ -1,0 +1,245 @@
+//! Faults injected on purpose, each test naming the invariant it checks. Real redis-server
+//! processes on loopback; every wait bounded.
+
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{LockManager, Result};
+use support::RedisServer;
+
+/// Invariant: when Redis restarts empty, holders are told their locks are lost within one
+/// renewal period (plus reconnect slack), waiters reconnect and acquire, and the old holders'
+/// unlocks fail without touching the new owner.
+#[test]
+fn a_restart_tells_holders_their_locks_are_lost_and_lets_waiters_in() -> Result<()> {
+    let mut server = RedisServer::start();
+    let timeout = Duration::from_millis(900); // renewal period 300 ms
+    let holder = LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .response_timeout(Duration::from_millis(500))
+        .build()?;
+    let waiter = LockManager::new(&server.url())?;
+    let held: Vec<_> = ["fault:a", "fault:b"]
+        .iter()
+        .map(|name| holder.lock(name))
+        .collect::<Result<_>>()?;
+    let signals: Vec<_> = held.iter().map(|g| g.lost_signal()).collect();
+    let waiting = support::Waiter::spawn(&waiter, "fault:a");
+    let mut conn = server.conn();
+    assert!(support::await_subscribers(
+        &mut conn,
+        "redisson_lock__channel:{fault:a}",
+        1
+    ));
+    drop(conn);
+
+    server.restart();
+    let restarted = Instant::now();
+    for signal in &signals {
+        signal
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the holder is told");
+    }
+    let told = restarted.elapsed();
+    assert!(
+        told < timeout / 3 + Duration::from_secs(2),
+        "told after {told:?}"
+    );
+    let took = waiting.acquired_since(restarted);
+    assert!(took < Duration::from_secs(10), "waiter took {took:?}");
+    for guard in held {
+        assert!(guard.is_lost());
+        assert!(guard.unlock().unwrap_err().is_not_held());
+    }
+    Ok(())
+}
+
+/// Invariant: with the server paused, `try_lock(wait)` returns within the wait plus one
+/// response timeout (an error or no lock, never a hang).
+#[test]
+fn a_paused_server_bounds_try_lock_by_the_wait_plus_one_response_timeout() -> Result<()> {
+    let server = RedisServer::start();
+    let response_timeout = Duration::from_millis(500);
+    let manager = LockManager::builder(&server.url())
+        .response_timeout(response_timeout)
+        .build()?;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3_000)
+        .arg("ALL")
+        .query(&mut server.conn())
+        .unwrap();
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = manager.try_lock("fault:paused", wait);
+    let took = started.elapsed();
+    match result {
+        Ok(guard) => assert!(guard.is_none(), "no lock while paused"),
+        Err(err) => assert!(err.is_timeout(), "{err}"),
+    }
+    // The bound, plus slack for a loaded machine.
+    assert!(
+        took < wait + response_timeout + Duration::from_millis(700),
+        "took {took:?}"
+    );
+    Ok(())
+}
+
+/// Invariant: a panic inside a critical section releases the lock (the guard's drop runs
+/// during unwinding).
+#[test]
+fn a_panic_inside_the_critical_section_releases_the_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let worker = {
+        let manager = manager.clone();
+        thread::spawn(move || {
+            let _guard = manager.lock("fault:panic").expect("lock");
+            panic!("the critical section fails");
+        })
+    };
+    assert!(worker.join().is_err(), "the worker panicked");
+    assert!(!manager.get_lock("fault:panic").is_locked()?);
+    assert!(manager.try_lock("fault:panic", Duration::ZERO)?.is_some());
+    Ok(())
+}
+
+/// Invariant: names are data, never code: quotes, braces, spaces, newlines, Lua and binary
+/// lookalikes work and land on exactly the key of that name; a 1 MiB name is refused with a
+/// clear error before anything is sent.
+#[test]
+fn lock_names_are_data() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let names = [
+        "with \"quotes\" and 'single'",
+        "{tagged}:and more {braces}",
+        "spaces and\nnewlines\r\ttabs",
+        "]]; redis.call('flushall') --",
+        "'); return redis.call('del', KEYS[1]) --",
+        "ünïcödé 🔒 名前",
+        "\u{0}nul inside",
+    ];
+    let _: () = conn.set("fault:canary", "still here").unwrap();
+    for name in names {
+        let guard = manager.lock(name)?;
+        let exists: bool = conn.exists(name).unwrap();
+        assert!(exists, "{name:?} is the key");
+        assert_eq!(manager.get_lock(name).hold_count()?, 1);
+        guard.unlock()?;
+        assert!(!manager.get_lock(name).is_locked()?, "{name:?}");
+    }
+    let canary: String = conn.get("fault:canary").unwrap();
+    assert_eq!(canary, "still here", "no name ran as code");
+
+    let huge = "x".repeat(1024 * 1024);
+    let err = manager.lock(&huge).unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert!(err.to_string().contains("bytes"), "{err}");
+    assert!(
+        err.to_string().len() < 500,
+        "the message does not repeat the name"
+    );
+    Ok(())
+}
+
+/// Invariant: passwords appear in no `Debug` or `Display` output, of managers, builders or
+/// errors.
+#[test]
+fn passwords_never_appear_in_output() -> Result<()> {
+    let server = RedisServer::start_with(&["--requirepass", "right-s3cret"]);
+    let port = server.port();
+    let good = format!("redis://:right-s3cret@127.0.0.1:{port}/");
+    let bad = format!("redis://:wrong-hunter2@127.0.0.1:{port}/");
+    let manager = LockManager::new(&good)?;
+    let err = LockManager::new(&bad).unwrap_err();
+    let texts = [
+        format!("{manager:?}"),
+        format!("{:?}", LockManager::builder(&good)),
+        format!("{:?}", LockManager::builder(&bad)),
+        format!("{err}"),
+        format!("{err:?}"),
+    ];
+    for text in texts {
+        assert!(!text.contains("right-s3cret"), "{text}");
+        assert!(!text.contains("wrong-hunter2"), "{text}");
+    }
+    assert!(err.is_connection_error(), "{err}");
+    Ok(())
+}
+
+/// Invariant: ACL users (`redis://user:password@host`) work, and a wrong password for them
+/// is a connection error.
+#[test]
+fn an_acl_user_can_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "locker", "on", ">locker-pw", "~*", "&*", "+@all"][..])
+        .query(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://locker:locker-pw@127.0.0.1:{}/", server.port());
+    let manager = LockManager::new(&url)?;
+    manager.lock("fault:acl")?.unlock()?;
+    let wrong = format!("redis://locker:nope@127.0.0.1:{}/", server.port());
+    let err = LockManager::new(&wrong).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    Ok(())
+}
+
+/// Invariant: once every guard is gone and every manager dropped, no lock key is left, the
+/// only keys left are unlock latches that expire by themselves, and no channel is subscribed.
+#[test]
+fn nothing_is_left_behind() -> Result<()> {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    {
+        let a = LockManager::new(&server.url())?;
+        let b = LockManager::new(&server.url())?;
+        let held = a.lock("leftover:contended")?;
+        let waiting = support::Waiter::spawn(&b, "leftover:contended");
+        assert!(support::await_subscribers(
+            &mut conn,
+            "redisson_lock__channel:{leftover:contended}",
+            1
+        ));
+        let (tx, rx) = mpsc::channel();
+        thread::scope(|s| {
+            s.spawn(|| {
+                let outer = a.lock("leftover:reentrant").unwrap();
+                let inner = a.lock_fenced("leftover:reentrant").unwrap();
+                drop(inner);
+                drop(outer);
+                tx.send(()).unwrap();
+            });
+        });
+        rx.recv().unwrap();
+        let _fixed = a.lock_with_lease("leftover:fixed", Duration::from_secs(60))?;
+        held.unlock()?;
+        waiting.acquired_since(Instant::now());
+    }
+    let keys: Vec<String> = conn.keys("*").unwrap();
+    for key in &keys {
+        let ttl: i64 = conn.pttl(key).unwrap();
+        let is_latch = key.starts_with("redisson_unlock_latch:");
+        let is_counter = key == "redisson_lock_token:{leftover:reentrant}";
+        assert!(
+            (is_latch && ttl > 0) || is_counter,
+            "left behind: {key} (ttl {ttl} ms)"
+        );
+    }
+    assert!(
+        keys.iter().any(|k| k.starts_with("redisson_unlock_latch:")),
+        "the check saw the latches: {keys:?}"
+    );
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut conn)
+        .unwrap();
+    assert!(channels.is_empty(), "still subscribed: {channels:?}");
+    Ok(())
+}
