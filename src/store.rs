@@ -207,21 +207,33 @@ impl LockStore {
         call
     }
 
-    /// Releases one hold of `owner`. Idempotent: a retry after a lost reply reuses the same
-    /// latch and gets the first call's answer.
+    /// Releases one hold of `owner`. Idempotent: when the reply is lost (a timeout, a broken
+    /// connection) the call is sent once more with the same latch, and gets the first call's
+    /// answer if that one ran.
     pub(crate) fn release(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> Result<Release> {
         let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
         let call = self.release_call(keys, &latch, lease_ms, owner);
-        let reply: Option<i64> = self.run("release", &keys.name, 1, |conn| {
-            query_loading_scripts(conn, |conn| call.query(conn))
-        })?;
+        let send = || {
+            self.run("release", &keys.name, 1, |conn| {
+                query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+            })
+        };
+        let reply = match send() {
+            Err(err) if err.is_timeout() || err.is_connection_error() => {
+                log::debug!("release of {:?}: {err}; sending it again", keys.name);
+                send()?
+            }
+            other => other?,
+        };
         Ok(Release::from_reply(reply))
     }
 
     /// Releases one hold of `owner` and, in the same round trip (a pipeline), makes an acquire
     /// attempt for `next_owner` with `next_lease_ms`: the handoff to the next local thread.
-    /// A retry resends both: the release is idempotent through its latch, and the acquire
-    /// only runs again if it never reached the server.
+    ///
+    /// When the reply is lost, only the release is sent again (with the same latch, so it is
+    /// idempotent); the acquire is not, since it may have run, and is reported as failed: the
+    /// next thread then attempts itself.
     pub(crate) fn release_and_acquire(
         &self,
         keys: &LockKeys,
@@ -234,12 +246,24 @@ impl LockStore {
         let release = self.release_call(keys, &latch, lease_ms, owner);
         let acquire = self.acquire_call(keys, next_lease_ms, next_owner);
         let mut pipe = redis::pipe();
-        pipe.add_command(release).add_command(acquire);
-        let (released, pttl): (Option<i64>, Option<i64>) =
-            self.run("release", &keys.name, 2, |conn| {
-                query_loading_scripts(conn, |conn| pipe.query(conn))
-            })?;
-        Ok((Release::from_reply(released), Attempt::from_reply(pttl)))
+        pipe.add_command(release.clone()).add_command(acquire);
+        let first = self.run("release", &keys.name, 2, |conn| {
+            query_loading_scripts(conn, |conn| pipe.query::<(Option<i64>, Option<i64>)>(conn))
+        });
+        match first {
+            Ok((released, pttl)) => Ok((Release::from_reply(released), Attempt::from_reply(pttl))),
+            Err(err) if err.is_timeout() || err.is_connection_error() => {
+                log::debug!(
+                    "release of {:?}: {err}; sending the release again",
+                    keys.name
+                );
+                let released = self.run("release", &keys.name, 1, |conn| {
+                    query_loading_scripts(conn, |conn| release.query::<Option<i64>>(conn))
+                })?;
+                Ok((Release::from_reply(released), Attempt::HeldByOther(None)))
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script

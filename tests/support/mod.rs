@@ -5,6 +5,8 @@
 //! a server someone else started. Benches and examples reuse this file through `#[path]`.
 #![allow(dead_code)] // each test binary uses a different part of it
 
+pub mod proxy;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;

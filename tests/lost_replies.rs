@@ -1,0 +1,91 @@
+//! Replies lost and connections cut by a TCP proxy between the client and Redis
+//! (tests/support/proxy.rs). Each test names the invariant it checks.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{LockManager, Result};
+use support::proxy::Proxy;
+use support::RedisServer;
+
+fn manager_through(proxy: &Proxy, watchdog: Duration) -> LockManager {
+    LockManager::builder(&proxy.url())
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager through the proxy")
+}
+
+/// Invariant: an unlock that took effect but whose reply was lost is sent again and reports
+/// success (its latch answers), not "not held".
+#[test]
+fn an_unlock_whose_reply_was_lost_reports_success() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy, Duration::from_secs(30));
+    let guard = manager.lock("lost-reply:unlock")?;
+    proxy.drop_next_reply();
+    guard.unlock()?;
+    assert_eq!(proxy.dropped(), 1, "the first reply was lost");
+    let exists: bool = server.conn().exists("lost-reply:unlock").unwrap();
+    assert!(!exists, "released exactly once");
+    Ok(())
+}
+
+/// Invariant: an acquire that took effect but whose reply was lost is an error to the caller
+/// and leaves no hold that anyone renews: it expires with its lease.
+#[test]
+fn an_acquire_whose_reply_was_lost_leaves_no_hold_renewed_forever() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let watchdog = Duration::from_millis(900);
+    let manager = manager_through(&proxy, watchdog);
+    let mut conn = server.conn();
+    proxy.drop_next_reply();
+    let err = manager.lock("lost-reply:acquire").unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(proxy.dropped(), 1);
+    let exists: bool = conn.exists("lost-reply:acquire").unwrap();
+    assert!(exists, "the acquire ran on the server");
+    assert_eq!(manager.renewing_count(), 0, "nobody renews it");
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            !conn.exists::<_, bool>("lost-reply:acquire").unwrap()
+        }),
+        "the orphaned hold expires with its lease"
+    );
+    manager.lock("lost-reply:acquire")?.unlock()?;
+    Ok(())
+}
+
+/// Invariant: when every connection of a waiting client is cut, its waiters resubscribe and
+/// still acquire promptly after the release, never hang.
+#[test]
+fn waiters_acquire_promptly_after_their_connections_are_cut() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = LockManager::new(&server.url())?;
+    let waiter = manager_through(&proxy, Duration::from_secs(30));
+    let mut conn = server.conn();
+    let channel = "redisson_lock__channel:{lost-reply:cut}";
+    let guard = holder.lock("lost-reply:cut")?;
+    let waiting = support::Waiter::spawn(&waiter, "lost-reply:cut");
+    assert!(support::await_subscribers(&mut conn, channel, 1));
+
+    proxy.cut_all();
+    // The listener reconnects through the proxy and subscribes again.
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            support::client_count(&mut conn, "pubsub") >= 2
+                && support::numsub(&mut conn, channel) == 1
+        }),
+        "resubscribed"
+    );
+    assert!(waiting.is_waiting());
+    guard.unlock()?;
+    let took = waiting.acquired_since(Instant::now());
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! A TCP proxy in front of a redis-server that the tests control: it forwards bytes both ways
+//! and can drop the next reply, or cut every connection.
+//!
+//! Loopback only; its threads end when the proxy is dropped (connections are shut down).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+pub struct Proxy {
+    port: u16,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Replies (server-to-client reads) still to swallow.
+    drop_replies: AtomicUsize,
+    /// Replies swallowed so far.
+    dropped: AtomicUsize,
+    stopped: AtomicBool,
+    /// Both ends of every connection, to cut them.
+    streams: Mutex<Vec<TcpStream>>,
+}
+
+impl Proxy {
+    /// Starts forwarding a free loopback port to `127.0.0.1:target`.
+    pub fn start(target: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy port");
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared::default());
+        let accepting = Arc::clone(&shared);
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if accepting.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                {
+                    let mut streams = accepting.streams.lock().unwrap();
+                    streams.push(client.try_clone().unwrap());
+                    streams.push(server.try_clone().unwrap());
+                }
+                pump(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    None,
+                );
+                pump(server, client, Some(Arc::clone(&accepting)));
+            }
+        });
+        Proxy { port, shared }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The next reply the server sends (on any connection) never reaches the client: the
+    /// command ran, its answer is lost.
+    pub fn drop_next_reply(&self) {
+        self.shared.drop_replies.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many replies were swallowed.
+    pub fn dropped(&self) -> usize {
+        self.shared.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Cuts every connection open now (both sides see a reset or EOF).
+    pub fn cut_all(&self) {
+        for stream in self.shared.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        self.cut_all();
+        // Wake the accept loop so it sees `stopped`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copies `from` to `to` until either closes; with `replies`, it is the server-to-client
+/// direction, where replies may be swallowed.
+fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if let Some(shared) = &replies {
+                let swallow = shared
+                    .drop_replies
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if swallow {
+                    shared.dropped.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
