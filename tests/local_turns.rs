@@ -84,6 +84,7 @@ struct Line {
 
 fn line_up(server: &RedisServer, manager: &LockManager, name: &str, mode: Mode) -> Line {
     let mut conn = server.conn();
+    support::await_listener(&mut conn, manager);
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let first = manager.lock(name).expect("first lock");
 

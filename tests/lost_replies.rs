@@ -25,6 +25,7 @@ fn an_unlock_whose_reply_was_lost_reports_success() -> Result<()> {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let manager = manager_through(&proxy, Duration::from_secs(30));
+    support::await_listener(&mut server.conn(), &manager);
     let guard = manager.lock("lost-reply:unlock")?;
     proxy.drop_next_reply();
     guard.unlock()?;
@@ -43,6 +44,7 @@ fn an_acquire_whose_reply_was_lost_leaves_no_hold_renewed_forever() -> Result<()
     let watchdog = Duration::from_millis(900);
     let manager = manager_through(&proxy, watchdog);
     let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
     proxy.drop_next_reply();
     let err = manager.lock("lost-reply:acquire").unwrap_err();
     assert!(err.is_timeout(), "{err}");

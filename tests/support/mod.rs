@@ -382,6 +382,17 @@ pub fn watch_channel<'a>(conn: &'a mut redis::Connection, channel: &str) -> redi
     pubsub
 }
 
+/// Waits (up to 10 s) until `manager`'s pub/sub listener has subscribed to its private wake-up
+/// channel, which it does in the background after the manager starts: tests that count
+/// commands or swallow replies must not catch that subscription by mistake.
+pub fn await_listener(conn: &mut redis::Connection, manager: &redis_lock::LockManager) {
+    let control = format!("redis_lock__control:{{{}}}", manager.client_id());
+    assert!(
+        await_subscribers(conn, &control, 1),
+        "the manager's listener subscribed"
+    );
+}
+
 /// Waits (up to 10 s) until `channel` has exactly `n` subscribers on the server; returns
 /// whether it did. A waiter is known to be blocked once its subscription is live.
 pub fn await_subscribers(conn: &mut redis::Connection, channel: &str, n: i64) -> bool {
