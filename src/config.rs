@@ -56,6 +56,18 @@ pub(crate) struct Config {
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// PEM root certificates to trust for `rediss://` instead of the system's.
+    pub(crate) tls_root_certificate: Option<Pem>,
+}
+
+/// PEM bytes, shown by `Debug` as their size only.
+#[derive(Clone)]
+pub(crate) struct Pem(pub(crate) Vec<u8>);
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes of PEM>", self.0.len())
+    }
 }
 
 impl Config {
@@ -94,6 +106,7 @@ pub struct LockManagerBuilder {
     pool_size: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl LockManagerBuilder {
@@ -104,6 +117,7 @@ impl LockManagerBuilder {
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            tls_root_certificate: None,
         }
     }
 
@@ -144,6 +158,23 @@ impl LockManagerBuilder {
         self
     }
 
+    /// For `rediss://` URLs: trust the root certificate(s) in `pem` (PEM text) instead of the
+    /// system's, as for a server with a certificate from a private or self-signed CA. Without
+    /// it, `rediss://` checks the server against the system's root certificates.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("ca.crt").expect("the CA certificate");
+    /// let manager = redis_lock::LockManager::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_certificate(ca)
+    ///     .build()?;
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Checks the settings, connects to Redis, loads the lock scripts and starts the
     /// manager's two background threads.
     ///
@@ -175,6 +206,7 @@ impl LockManagerBuilder {
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            tls_root_certificate: self.tls_root_certificate.clone().map(Pem),
         })
     }
 }
@@ -187,6 +219,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("tls_root_certificate", &self.tls_root_certificate.is_some())
             .finish()
     }
 }

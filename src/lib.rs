@@ -97,6 +97,15 @@
 //! `redisson_lock__channel:{n}` with the message `0`. Unlock calls are made idempotent by a
 //! short-lived latch key `redisson_unlock_latch:{n}:<request-id>`, which expires by itself.
 //!
+//! # When things go wrong
+//!
+//! Every guard knows the end of its lease as last confirmed by Redis and says without I/O
+//! whether the lock is lost ([`LockGuard::is_lost`], [`LockGuard::remaining_lease`]); a
+//! [`LockGuard::lost_signal`] receiver is told the moment the watchdog finds the lock gone or
+//! the lease runs out unconfirmed. Fenced acquisitions ([`Lock::lock_fenced`]) return
+//! strictly increasing [tokens](LockGuard::fencing_token) that a resource can use to refuse a
+//! stale holder's writes. The README lists what the crate promises under which failures.
+//!
 //! # From C and C++
 //!
 //! With the default `capi` feature the crate also builds `libredis_lock.so` and
@@ -113,6 +122,10 @@
 //! - `crossbeam-channel`: the pub/sub listener's mailbox of subscribe/unsubscribe requests.
 //! - `uuid`: the random client id in every owner field, and unlock request ids.
 //! - `log`: failed renewals and failed releases on drop are logged, never silently dropped.
+//! - `rustix` (Linux): reads `CLOCK_BOOTTIME` without `unsafe`, for lease deadlines that keep
+//!   counting while the machine is suspended (`std::time::Instant` does not).
+//! - `rustls` (feature `tls`, on by default): the crypto provider (ring) for `rediss://`,
+//!   which redis-rs implements with rustls.
 //!
 //! The connection pool is a small one of our own (`src/pool.rs` says why not r2d2).
 #![deny(missing_docs)]

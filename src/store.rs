@@ -117,8 +117,19 @@ impl LockStore {
         // Every request is a small write followed by a wait for the reply: Nagle's algorithm
         // would only add delay (up to a delayed-ACK period) to each of them.
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let client = Client::open(info.set_tcp_settings(tcp))
-            .map_err(|source| Error::InvalidUrl { source })?;
+        let info = info.set_tcp_settings(tcp);
+        let client = match &config.tls_root_certificate {
+            #[cfg(feature = "tls")]
+            Some(pem) => Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.0.clone()),
+                },
+            ),
+            _ => Client::open(info),
+        }
+        .map_err(|source| Error::InvalidUrl { source })?;
         let store = LockStore {
             pool: Pool::new(
                 client,
