@@ -148,10 +148,27 @@ fn lock_names_are_data() -> Result<()> {
     Ok(())
 }
 
+/// Every log record of this test process, for checking what the crate logs.
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Recorder {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        self.0.lock().unwrap().push(format!("{}", record.args()));
+    }
+    fn flush(&self) {}
+}
+
+static RECORDER: Recorder = Recorder(std::sync::Mutex::new(Vec::new()));
+
 /// Invariant: passwords appear in no `Debug` or `Display` output, of managers, builders or
-/// errors.
+/// errors, and in no log record.
 #[test]
 fn passwords_never_appear_in_output() -> Result<()> {
+    log::set_logger(&RECORDER).expect("the only logger of this test binary");
+    log::set_max_level(log::LevelFilter::Trace);
     let server = RedisServer::start_with(&["--requirepass", "right-s3cret"]);
     let port = server.port();
     let good = format!("redis://:right-s3cret@127.0.0.1:{port}/");
@@ -165,7 +182,24 @@ fn passwords_never_appear_in_output() -> Result<()> {
         format!("{err}"),
         format!("{err:?}"),
     ];
-    for text in texts {
+    // Work that logs: a guard dropped after its lock was deleted, a restart of the listener's
+    // connection.
+    let guard = manager.lock("fault:logged")?;
+    let _: () = redis::cmd("DEL")
+        .arg("fault:logged")
+        .query(&mut server.conn())
+        .unwrap();
+    drop(guard);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.conn())
+        .unwrap();
+    manager.lock("fault:logged")?.unlock()?;
+    let logged = RECORDER.0.lock().unwrap().clone();
+    assert!(!logged.is_empty(), "the check saw log records");
+    for text in texts.iter().chain(&logged) {
         assert!(!text.contains("right-s3cret"), "{text}");
         assert!(!text.contains("wrong-hunter2"), "{text}");
     }
