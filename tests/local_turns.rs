@@ -168,6 +168,21 @@ impl Line {
             .expect("the queued thread inspects")
     }
 
+    /// The queued thread got the lock (soon after `since`) although the turn holder never
+    /// released it: the holder's unlock then finds it gone, and leaves the new hold alone.
+    fn assert_taken_over(self, since: Instant) {
+        let at = self.next_acquired();
+        assert!(at.duration_since(since) < Duration::from_secs(5));
+        let (result, _, _) = self.unlock_turn_holder();
+        assert!(result.unwrap_err().is_not_held());
+        assert_eq!(
+            self.inspect_next(),
+            (true, 1),
+            "the queued thread's hold is untouched"
+        );
+        self.join();
+    }
+
     fn join(self) {
         for thread in self.threads {
             thread.join().expect("line thread");
@@ -201,18 +216,8 @@ fn a_queued_thread_takes_over_when_the_turn_holders_fixed_lease_runs_out() -> Re
     let manager = LockManager::new(&server.url())?;
     let lease = Duration::from_millis(300);
     let line = line_up(&server, &manager, "turns:lease", Mode::Lease(lease));
-    let since = Instant::now();
     // The turn holder keeps its guard past the lease; the queued thread asks Redis itself.
-    let at = line.next_acquired();
-    assert!(at.duration_since(since) < Duration::from_secs(5));
-    let (result, _, _) = line.unlock_turn_holder();
-    assert!(result.unwrap_err().is_not_held());
-    assert_eq!(
-        line.inspect_next(),
-        (true, 1),
-        "the queued thread's hold is untouched"
-    );
-    line.join();
+    line.assert_taken_over(Instant::now());
     Ok(())
 }
 
@@ -226,17 +231,7 @@ fn a_queued_thread_takes_over_a_renewed_hold_that_was_lost() -> Result<()> {
     // Deleted behind everyone's back, with no unlock message: the turn holder does not learn
     // of it by itself, so the queued thread must find out from Redis.
     let _: () = server.conn().del("turns:lost").unwrap();
-    let since = Instant::now();
-    let at = line.next_acquired();
-    assert!(at.duration_since(since) < Duration::from_secs(5));
-    let (result, _, _) = line.unlock_turn_holder();
-    assert!(result.unwrap_err().is_not_held());
-    assert_eq!(
-        line.inspect_next(),
-        (true, 1),
-        "the queued thread's hold is untouched"
-    );
-    line.join();
+    line.assert_taken_over(Instant::now());
     Ok(())
 }
 

@@ -9,17 +9,10 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{LockManager, Result};
-use support::RedisServer;
+use support::{manager_with_watchdog, RedisServer};
 
 fn manager(server: &RedisServer) -> LockManager {
     LockManager::new(&server.url()).expect("manager")
-}
-
-fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> LockManager {
-    LockManager::builder(&server.url())
-        .watchdog_timeout(timeout)
-        .build()
-        .expect("manager")
 }
 
 #[test]

@@ -7,14 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{LockManager, Result};
-use support::RedisServer;
-
-fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> LockManager {
-    LockManager::builder(&server.url())
-        .watchdog_timeout(timeout)
-        .build()
-        .expect("manager")
-}
+use support::{manager_with_watchdog, RedisServer};
 
 #[test]
 fn a_renewed_lock_stays_confirmed_well_past_its_lease() -> Result<()> {

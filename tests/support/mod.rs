@@ -223,6 +223,14 @@ pub fn read_until_marker(stdout: &mut BufReader<ChildStdout>, marker: &str) -> S
     }
 }
 
+/// A manager for `server` with a short watchdog timeout, for tests that watch renewals.
+pub fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> redis_lock::LockManager {
+    redis_lock::LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .build()
+        .expect("manager")
+}
+
 /// A connection to `url` with TCP_NODELAY, as the crate's own connections have: the floor
 /// that benchmarks compare the lock against must not pay Nagle's delays the lock avoids.
 pub fn nodelay_conn(url: &str) -> redis::Connection {
