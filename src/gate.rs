@@ -66,6 +66,9 @@ struct Queued {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handoff {
     Waiting,
+    /// First in line, out of patience, and asking Redis itself: a releasing thread must not
+    /// also acquire in its name (that would take a second hold), only hand it the turn.
+    Probing,
     /// Taken off the queue; the releasing thread is acquiring in this thread's name.
     InFlight,
     /// The turn is this thread's; `acquired` when the lock was taken in its name too.
@@ -90,6 +93,9 @@ pub(crate) enum Entry {
 /// The next queued thread, to be acquired for in a releasing thread's pipeline.
 pub(crate) struct Successor {
     queued: Arc<Queued>,
+    /// False when it acquires itself: it wants a fencing token (only its own attempt returns
+    /// it), or it is asking Redis right now.
+    may_acquire: bool,
 }
 
 impl Successor {
@@ -101,9 +107,9 @@ impl Successor {
         self.queued.lease_ms
     }
 
-    /// A fenced acquire takes a token, which only that thread's own attempt returns to it.
-    pub(crate) fn wants_token(&self) -> bool {
-        self.queued.fenced
+    /// Whether the releasing thread may acquire in its name (see the field).
+    pub(crate) fn may_acquire(&self) -> bool {
+        self.may_acquire
     }
 
     /// Records when the acquire in its name is sent: its lease is counted from then.
@@ -178,11 +184,29 @@ impl Gates {
                 trusted_until = now + self.patience;
                 continue;
             }
-            match probe() {
+            {
+                let mut state = queued.state.lock();
+                if *state != Handoff::Waiting {
+                    continue; // handed over meanwhile: wait_until reports it
+                }
+                *state = Handoff::Probing;
+            }
+            let probed = probe();
+            // Whether the turn was handed over (without an acquire) while probing.
+            let handed = {
+                let mut state = queued.state.lock();
+                let handed = matches!(*state, Handoff::Granted { .. });
+                if *state == Handoff::Probing {
+                    *state = Handoff::Waiting;
+                }
+                handed
+            };
+            match probed {
                 Ok(None) => {
                     self.take_over(keys, thread);
                     return Ok(Entry::Acquired { sent: None });
                 }
+                Ok(Some(_)) if handed => return Ok(Entry::Turn),
                 Ok(Some(ttl)) => {
                     // Held after all (by the turn holder or someone else): look again when that
                     // hold's lease says, and no later than one period.
@@ -190,8 +214,8 @@ impl Gates {
                     trusted_until = Instant::now() + ttl.min(self.patience);
                 }
                 Err(err) => {
-                    if self.leave_queue(keys, &queued) != Entry::TimedOut {
-                        // Handed the turn just now: pass it on, since this thread is leaving.
+                    if handed || self.leave_queue(keys, &queued) != Entry::TimedOut {
+                        // It has the turn: pass it on, since this thread is leaving.
                         self.leave(keys, thread);
                     }
                     return Err(err);
@@ -266,8 +290,16 @@ impl Gates {
                 Some(turn) if turn.owner == thread => turn.queue.pop_front().map(|queued| {
                     turn.owner = queued.thread;
                     turn.lease_end = None;
-                    *queued.state.lock() = Handoff::InFlight;
-                    Successor { queued }
+                    let mut state = queued.state.lock();
+                    let may_acquire = *state == Handoff::Waiting && !queued.fenced;
+                    if *state == Handoff::Waiting {
+                        *state = Handoff::InFlight;
+                    }
+                    drop(state);
+                    Successor {
+                        queued,
+                        may_acquire,
+                    }
                 }),
                 _ => None,
             }
@@ -414,9 +446,9 @@ impl Queued {
                 Handoff::InFlight => {
                     self.wake.wait(&mut state);
                 }
-                Handoff::Waiting => {
+                Handoff::Waiting | Handoff::Probing => {
                     self.wake.wait_until(&mut state, until);
-                    if *state == Handoff::Waiting {
+                    if matches!(*state, Handoff::Waiting | Handoff::Probing) {
                         return None; // timed out, or woken to look at the turn again
                     }
                 }
@@ -427,5 +459,87 @@ impl Queued {
     fn grant(&self, acquired: bool) {
         *self.state.lock() = Handoff::Granted { acquired };
         self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn keys() -> Arc<LockKeys> {
+        Arc::new(LockKeys::new("gate:test").unwrap())
+    }
+
+    #[test]
+    fn a_handoff_during_a_probe_hands_the_turn_but_never_acquires_twice() {
+        let gates = Gates::new(Duration::from_millis(1));
+        let keys = keys();
+        assert_eq!(
+            gates.enter(&keys, 1, 1_000, false, None, || Ok::<_, ()>(None)),
+            Ok(Entry::Turn)
+        );
+        let may_acquire = Cell::new(None);
+        // Thread 2 queues, runs out of patience and probes; thread 1 releases meanwhile.
+        let entry = gates.enter(&keys, 2, 1_000, false, None, || {
+            gates.release(&keys, 1, true, |successor| {
+                may_acquire.set(successor.map(Successor::may_acquire));
+                ((), false)
+            });
+            Ok::<_, ()>(Some(Duration::from_millis(10))) // the probe found it held
+        });
+        assert_eq!(
+            may_acquire.get(),
+            Some(false),
+            "no acquire in a probing thread's name"
+        );
+        assert_eq!(entry, Ok(Entry::Turn), "the turn was handed over");
+        gates.leave(&keys, 2);
+        assert_eq!(gates.queued_count(), 0);
+        assert!(!gates.is_contended(&keys));
+    }
+
+    #[test]
+    fn a_waiting_thread_leaves_the_line_at_its_deadline() {
+        let gates = Gates::new(Duration::from_secs(60));
+        let keys = keys();
+        let never = || -> Result<Option<Duration>, ()> { panic!("no probe before patience") };
+        assert_eq!(
+            gates.enter(&keys, 1, 1_000, false, None, never),
+            Ok(Entry::Turn)
+        );
+        let deadline = Some(Instant::now() + Duration::from_millis(20));
+        assert_eq!(
+            gates.enter(&keys, 2, 1_000, false, deadline, never),
+            Ok(Entry::TimedOut)
+        );
+        assert_eq!(gates.queued_count(), 0);
+        gates.leave(&keys, 1);
+        assert!(
+            !gates.is_contended(&keys),
+            "the entry goes with the last thread"
+        );
+    }
+
+    #[test]
+    fn a_fenced_successor_acquires_itself() {
+        let gates = Gates::new(Duration::from_secs(60));
+        let keys = keys();
+        let never = || -> Result<Option<Duration>, ()> { panic!("no probe") };
+        assert_eq!(
+            gates.enter(&keys, 1, 1_000, false, None, never),
+            Ok(Entry::Turn)
+        );
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| gates.enter(&keys, 2, 1_000, true, None, never));
+            while gates.queued_count() == 0 {
+                std::thread::yield_now();
+            }
+            let may_acquire = gates.release(&keys, 1, true, |successor| {
+                (successor.map(Successor::may_acquire), false)
+            });
+            assert_eq!(may_acquire, Some(false));
+            assert_eq!(waiter.join().unwrap(), Ok(Entry::Turn));
+        });
     }
 }

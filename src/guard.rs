@@ -153,8 +153,8 @@ impl LockGuard {
         let outcome = inner
             .gates
             .release(self.keys(), self.thread, left == 0, |successor| {
-                // A fenced successor acquires itself: only its own attempt returns its token.
-                let Some(next) = successor.filter(|next| !next.wants_token()) else {
+                // Some successors acquire themselves (a fenced one wants its own token).
+                let Some(next) = successor.filter(|next| next.may_acquire()) else {
                     return (inner.store.release(self.keys(), lease_ms, &owner), false);
                 };
                 // The next local thread's acquire rides in the same round trip.
