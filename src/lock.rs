@@ -19,6 +19,10 @@ use crate::store::Attempt;
 /// writer made it; no client of this protocol does) and no unlock message comes.
 const NO_TTL_POLL: Duration = Duration::from_millis(100);
 
+/// How often a waiter looks again while Redis does not answer (it is also woken as soon as
+/// the pub/sub listener has reconnected).
+const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+
 /// A handle on one named lock. Cheap to create ([`LockManager::get_lock`] does no I/O) and
 /// to clone; it keeps its manager alive.
 ///
@@ -342,11 +346,31 @@ impl Lock {
             .inner
             .subscriber
             .subscribe(&keys.channel(), deadline);
+        // A waiter rides out a short outage (a restart, a failover): for up to one connect
+        // timeout after Redis stopped answering it keeps waiting, woken when the listener is
+        // back; past that the outage is reported. Redis down for good is still an error.
+        let outage_grace = self.manager.inner.config.connect_timeout;
+        let mut down_since: Option<Instant> = None;
         loop {
             // The first pass closes the race with a release announced before we subscribed.
-            let holder_ttl = match attempt()? {
-                Attempt::Acquired { .. } => return Ok(true),
-                Attempt::HeldByOther(ttl) => ttl,
+            let holder_ttl = match attempt() {
+                Ok(Attempt::Acquired { .. }) => return Ok(true),
+                Ok(Attempt::HeldByOther(ttl)) => {
+                    down_since = None;
+                    ttl
+                }
+                Err(err) if err.is_connection_error() => {
+                    let since = *down_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= outage_grace {
+                        return Err(err);
+                    }
+                    log::debug!(
+                        "lock {:?}: {err}; waiting for Redis to come back",
+                        keys.name
+                    );
+                    Some(OUTAGE_RETRY.as_millis() as u64)
+                }
+                Err(err) => return Err(err),
             };
             let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
             if let Some(deadline) = deadline {

@@ -367,10 +367,14 @@ impl Waiter {
     /// Waits (up to 20 s) for the waiter to get the lock and finish; returns how long after
     /// `since` it got the lock. Panics if it never does or its lock/unlock failed.
     pub fn acquired_since(self, since: Instant) -> Duration {
-        let at = self
-            .acquired
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the waiter acquires the lock");
+        let at = match self.acquired.recv_timeout(Duration::from_secs(20)) {
+            Ok(at) => at,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let outcome = self.handle.join().expect("waiter thread");
+                panic!("the waiter's lock failed: {outcome:?}");
+            }
+            Err(timeout) => panic!("the waiter did not get the lock: {timeout}"),
+        };
         self.handle
             .join()
             .expect("waiter thread")
