@@ -87,9 +87,10 @@
 //! out-of-range duration, an unparseable URL) is refused before anything is sent
 //! ([`Error::is_invalid_argument`]). Redis being down is an error, not a hang
 //! ([`Error::is_connection_error`], [`Error::is_timeout`]); a thread already waiting for a
-//! lock rides out an outage of up to one connect timeout (a restart) before reporting it. A key of the lock's name that is
-//! not a lock is reported as [`Error::WrongType`] and left untouched. Releasing a lock that is
-//! no longer yours is [`Error::NotHeld`] and changes nothing on Redis.
+//! lock rides out an outage of up to one connect timeout (a restart) before reporting it. A
+//! key of the lock's name that is not a lock is reported as [`Error::WrongType`] and left
+//! untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
+//! nothing on Redis.
 //!
 //! # On the wire
 //!
