@@ -1,6 +1,8 @@
 //! A bounded soak: several processes × threads take one lock at random (fenced, blocking or
 //! with a bounded wait) for a few seconds while the test stops processes past their leases
-//! (SIGSTOP) and cuts every client connection (CLIENT KILL). Afterwards, over the critical
+//! (SIGSTOP), cuts every client connection (CLIENT KILL) and restarts the server (SIGKILL and
+//! start again; with an append-only file, fsynced always, since a server that forgets its
+//! fencing counter restarts the tokens: fencing needs a durable counter). Afterwards, over the critical
 //! sections whose holder still held the lock when it left (not lost, unlock confirmed): no
 //! two overlapped on the machine's monotonic clock, and their fencing tokens strictly
 //! increase in the order they were entered.
@@ -100,7 +102,7 @@ fn random_operations_under_faults_never_overlap_and_tokens_increase() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(8)
         .min(60);
-    let server = RedisServer::start();
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let until_ms = monotonic_ns() / 1_000_000 + secs * 1_000 + 500;
     let mut children: Vec<_> = (0..PROCESSES)
         .map(|_| {
@@ -117,13 +119,13 @@ fn random_operations_under_faults_never_overlap_and_tokens_increase() {
         .collect();
 
     // Faults, one at a time, until the children's time is up.
-    let mut conn = server.conn();
     let mut rng = Rng(monotonic_ns() | 1);
-    let (mut stops, mut kills) = (0, 0);
+    let (mut stops, mut kills, mut restarts) = (0, 0, 0);
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() + Duration::from_millis(1_500) < end {
         std::thread::sleep(Duration::from_millis(300 + rng.next(500)));
-        if rng.next(2) == 0 {
+        let fault = rng.next(3);
+        if fault == 0 {
             let pid = children[rng.next(PROCESSES as u64) as usize]
                 .0
                 .id()
@@ -133,15 +135,18 @@ fn random_operations_under_faults_never_overlap_and_tokens_increase() {
             std::thread::sleep(Duration::from_millis(900)); // past the 600 ms lease
             kill("-CONT");
             stops += 1;
-        } else {
+        } else if fault == 1 {
             let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
                 .arg("KILL")
                 .arg("TYPE")
                 .arg("normal")
                 .arg("SKIPME")
                 .arg("yes")
-                .query(&mut conn);
+                .query(&mut server.conn());
             kills += 1;
+        } else {
+            server.restart();
+            restarts += 1;
         }
     }
 
@@ -170,12 +175,13 @@ fn random_operations_under_faults_never_overlap_and_tokens_increase() {
     let mut valid: Vec<_> = sections.iter().filter(|s| s.3).collect();
     valid.sort();
     eprintln!(
-        "soak: {} critical sections ({} valid), {errors} errors, {stops} stops, {kills} kills",
+        "soak: {} critical sections ({} valid), {errors} errors, {stops} stops, {kills} kills, \
+         {restarts} restarts",
         sections.len(),
         valid.len()
     );
     assert!(valid.len() >= 20, "too little progress: {}", valid.len());
-    assert!(stops + kills > 0, "no fault was injected");
+    assert!(stops + kills + restarts > 0, "no fault was injected");
     for pair in valid.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         assert!(b.0 >= a.1, "critical sections overlapped: {a:?} and {b:?}");
