@@ -141,7 +141,9 @@ impl Lock {
     ///
     /// The counter is Redisson's (`redisson_lock_token:{name}`), so Java's fenced lock and
     /// this one draw from one sequence. Tokens are exact over the whole `u64` range that Redis'
-    /// counters reach (up to 2^63 - 1). Re-entries take a token too.
+    /// counters reach (up to 2^63 - 1). Re-entries take a token too. The counter lives in Redis
+    /// with no expiry: a server that restarts without persistence starts it again from 1, so
+    /// fencing across restarts needs Redis' append-only file (`appendfsync always`).
     pub fn lock_fenced(&self) -> Result<LockGuard> {
         self.acquire(None, None, true)
             .map(|g| g.expect("waits without limit"))
