@@ -119,8 +119,11 @@ impl LockGuard {
     }
 
     /// A receiver that gets one message the moment the lock is found lost: by the watchdog at
-    /// a renewal, or when the confirmed lease runs out without a renewal (checked every half
-    /// renewal period). If the guard is released first, the receiver is disconnected instead.
+    /// a renewal, or when the confirmed lease runs out without a renewal. If the guard is
+    /// released first, the receiver is disconnected instead.
+    ///
+    /// Each call registers a new receiver, kept until the hold ends: take one per guard and
+    /// keep it, rather than one per check.
     ///
     /// ```no_run
     /// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
