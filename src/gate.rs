@@ -23,7 +23,6 @@
 //! renewal period), and takes the turn if Redis gives it the lock.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,8 +56,6 @@ struct Queued {
     lease_ms: u64,
     /// Whether it wants a fencing token: then it acquires itself.
     fenced: bool,
-    /// When the releasing thread sent the acquire in its name (boot clock, ns).
-    sent: AtomicU64,
     state: Mutex<Handoff>,
     wake: Condvar,
 }
@@ -71,9 +68,10 @@ enum Handoff {
     Probing,
     /// Taken off the queue; the releasing thread is acquiring in this thread's name.
     InFlight,
-    /// The turn is this thread's; `acquired` when the lock was taken in its name too.
+    /// The turn is this thread's; with `acquired`, the lock was taken in its name too, by a
+    /// request sent at that time (its lease counts from then).
     Granted {
-        acquired: bool,
+        acquired: Option<BootInstant>,
     },
 }
 
@@ -110,11 +108,6 @@ impl Successor {
     /// Whether the releasing thread may acquire in its name (see the field).
     pub(crate) fn may_acquire(&self) -> bool {
         self.may_acquire
-    }
-
-    /// Records when the acquire in its name is sent: its lease is counted from then.
-    pub(crate) fn mark_sent(&self, at: BootInstant) {
-        self.queued.sent.store(at.as_nanos(), Ordering::Release);
     }
 }
 
@@ -153,7 +146,6 @@ impl Gates {
                         thread,
                         lease_ms,
                         fenced,
-                        sent: AtomicU64::new(0),
                         state: Mutex::new(Handoff::Waiting),
                         wake: Condvar::new(),
                     });
@@ -317,10 +309,12 @@ impl Gates {
         // Whatever happens in `release`, even a panic, the successor must be woken.
         let mut handoff = HandoffOnDrop {
             queued: &successor.queued,
-            acquired: false,
+            acquired: None,
         };
+        // Taken before the request goes out: the successor's lease counts from no later.
+        let sent = BootInstant::now();
         let (result, acquired) = release(Some(&successor));
-        handoff.acquired = acquired;
+        handoff.acquired = acquired.then_some(sent);
         result
     }
 
@@ -338,7 +332,7 @@ impl Gates {
             Some(next) => {
                 turn.owner = next.thread;
                 turn.lease_end = None;
-                next.grant(false);
+                next.grant(None);
             }
             None => {
                 turns.remove(keys);
@@ -411,7 +405,7 @@ impl Gates {
 /// if the releasing thread panics mid-handoff.
 struct HandoffOnDrop<'a> {
     queued: &'a Queued,
-    acquired: bool,
+    acquired: Option<BootInstant>,
 }
 
 impl Drop for HandoffOnDrop<'_> {
@@ -437,11 +431,12 @@ impl Queued {
         let mut state = self.state.lock();
         loop {
             match *state {
-                Handoff::Granted { acquired: true } => {
-                    let sent = BootInstant::from_nanos(self.sent.load(Ordering::Acquire));
+                Handoff::Granted {
+                    acquired: Some(sent),
+                } => {
                     return Some(Entry::Acquired { sent: Some(sent) });
                 }
-                Handoff::Granted { acquired: false } => return Some(Entry::Turn),
+                Handoff::Granted { acquired: None } => return Some(Entry::Turn),
                 // A handoff in flight ends within one round trip: wait for it whatever `until`.
                 Handoff::InFlight => {
                     self.wake.wait(&mut state);
@@ -456,7 +451,7 @@ impl Queued {
         }
     }
 
-    fn grant(&self, acquired: bool) {
+    fn grant(&self, acquired: Option<BootInstant>) {
         *self.state.lock() = Handoff::Granted { acquired };
         self.wake.notify_one();
     }

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::names::LockKeys;
@@ -142,26 +141,24 @@ impl LockGuard {
     fn release(&self) -> Result<()> {
         let inner = &self.lock.manager().inner;
         let owner = owner_field(&inner.client_id, self.thread);
-        let renewing = self.renewed || inner.watchdog.is_renewing(self.keys(), self.thread);
-        // Holds that remain keep the lease the watchdog gives them, if it renews them.
-        let lease_ms = if renewing {
-            inner.config.watchdog_timeout_ms
-        } else {
-            self.lease_ms
-        };
         // Count the hold off first: whether it was this thread's last decides the handoff.
         let left = inner
             .watchdog
             .unregister(self.keys(), self.thread, self.renewed);
+        // Holds that remain keep the lease the watchdog gives them, if it renews them.
+        let lease_ms = if self.renewed || left.renewed > 0 {
+            inner.config.watchdog_timeout_ms
+        } else {
+            self.lease_ms
+        };
         let outcome = inner
             .gates
-            .release(self.keys(), self.thread, left == 0, |successor| {
+            .release(self.keys(), self.thread, left.total == 0, |successor| {
                 // Some successors acquire themselves (a fenced one wants its own token).
                 let Some(next) = successor.filter(|next| next.may_acquire()) else {
                     return (inner.store.release(self.keys(), lease_ms, &owner), false);
                 };
                 // The next local thread's acquire rides in the same round trip.
-                next.mark_sent(BootInstant::now());
                 let next_owner = owner_field(&inner.client_id, next.thread());
                 match inner.store.release_and_acquire(
                     self.keys(),

@@ -261,8 +261,8 @@ impl Lock {
             }
             Ok(outcome)
         };
-        let acquired = |this: &Self| {
-            Ok(Some(this.granted(
+        let acquired = || {
+            Ok(Some(self.granted(
                 thread,
                 lease_ms,
                 lease,
@@ -283,13 +283,13 @@ impl Lock {
                 return Ok(None);
             }
             inner.gates.take_over(keys, thread);
-            return acquired(self);
+            return acquired();
         }
         let mut attempted = false;
         if reentrant || !inner.gates.is_contended(keys) {
             // Uncontended here: one attempt, and no entry in the gate unless it fails.
             if attempt()?.is_acquired() {
-                return acquired(self);
+                return acquired();
             }
             attempted = true;
         }
@@ -309,20 +309,18 @@ impl Lock {
                 if let Some(at) = handed {
                     sent.set(at); // acquired by the releasing thread's request
                 }
-                return acquired(self);
+                return acquired();
             }
             Entry::Turn => {}
         }
-        match self.contend(keys, deadline, attempted, &attempt) {
-            Ok(true) => acquired(self),
-            Ok(false) => {
-                inner.gates.leave(keys, thread);
-                Ok(None)
-            }
-            Err(err) => {
-                inner.gates.leave(keys, thread);
-                Err(err)
-            }
+        let outcome = self.contend(keys, deadline, attempted, &attempt);
+        if !matches!(outcome, Ok(true)) {
+            // Given up (the wait passed, or an error): the next local thread may try.
+            inner.gates.leave(keys, thread);
+        }
+        match outcome? {
+            true => acquired(),
+            false => Ok(None),
         }
     }
 

@@ -61,11 +61,13 @@ impl Pool {
 
     /// Opens a connection that is not counted against the pool: for the pub/sub listener.
     pub(crate) fn connect_dedicated(&self) -> Result<Connection> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|source| Error::Connect { source })?;
-        Ok(conn)
+        self.connect(self.connect_timeout)
+    }
+
+    fn connect(&self, timeout: Duration) -> Result<Connection> {
+        self.client
+            .get_connection_with_timeout(timeout)
+            .map_err(|source| Error::Connect { source })
     }
 
     /// Takes an idle connection, opens a new one if the pool is below its size, or waits for
@@ -136,10 +138,7 @@ impl Pool {
     }
 
     fn open_connection(&self, budget: Duration) -> Result<Connection> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout.min(budget))
-            .map_err(|source| Error::Connect { source })?;
+        let conn = self.connect(self.connect_timeout.min(budget))?;
         let timeout = Some(self.response_timeout);
         conn.set_read_timeout(timeout)
             .and_then(|()| conn.set_write_timeout(timeout))

@@ -178,13 +178,7 @@ impl LockStore {
         lease_ms: u64,
         owner: &str,
     ) -> Result<Attempt> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.fenced_acquire.get_hash())
-            .arg(2)
-            .arg(&*keys.name)
-            .arg(keys.token_key())
-            .arg(lease_ms)
-            .arg(owner);
+        let call = self.fenced_acquire_call(keys, lease_ms, owner);
         self.run("acquire", &keys.name, 1, |conn| {
             let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
             Attempt::from_fenced_reply(reply)
@@ -202,8 +196,22 @@ impl LockStore {
         call
     }
 
-    /// `EVALSHA` of the release script (see `scripts.rs` for its KEYS and ARGV).
-    fn release_call(&self, keys: &LockKeys, latch: &str, lease_ms: u64, owner: &str) -> redis::Cmd {
+    /// `EVALSHA` of the fenced acquire script (see `scripts.rs` for its KEYS and ARGV).
+    fn fenced_acquire_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.fenced_acquire.get_hash())
+            .arg(2)
+            .arg(&*keys.name)
+            .arg(keys.token_key())
+            .arg(lease_ms)
+            .arg(owner);
+        call
+    }
+
+    /// `EVALSHA` of the release script (see `scripts.rs` for its KEYS and ARGV), with a new
+    /// unlock latch: resending this same call is what makes a release idempotent.
+    fn release_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
+        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.release.get_hash())
             .arg(3)
@@ -222,21 +230,8 @@ impl LockStore {
     /// connection) the call is sent once more with the same latch, and gets the first call's
     /// answer if that one ran.
     pub(crate) fn release(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> Result<Release> {
-        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
-        let call = self.release_call(keys, &latch, lease_ms, owner);
-        let send = || {
-            self.run("release", &keys.name, 1, |conn| {
-                query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
-            })
-        };
-        let reply = match send() {
-            Err(err) if err.is_timeout() || err.is_connection_error() => {
-                log::debug!("release of {:?}: {err}; sending it again", keys.name);
-                send()?
-            }
-            other => other?,
-        };
-        Ok(Release::from_reply(reply))
+        let call = self.release_call(keys, lease_ms, owner);
+        Ok(Release::from_reply(self.send_release(keys, &call)?))
     }
 
     /// Releases one hold of `owner` and, in the same round trip (a pipeline), makes an acquire
@@ -253,8 +248,7 @@ impl LockStore {
         next_owner: &str,
         next_lease_ms: u64,
     ) -> Result<(Release, Attempt)> {
-        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
-        let release = self.release_call(keys, &latch, lease_ms, owner);
+        let release = self.release_call(keys, lease_ms, owner);
         let acquire = self.acquire_call(keys, next_lease_ms, next_owner);
         let mut pipe = redis::pipe();
         pipe.add_command(release.clone()).add_command(acquire);
@@ -263,23 +257,39 @@ impl LockStore {
         });
         match first {
             Ok((released, pttl)) => Ok((Release::from_reply(released), Attempt::from_reply(pttl))),
-            Err(err) if err.is_timeout() || err.is_connection_error() => {
+            Err(err) if is_lost_reply(&err) => {
                 log::debug!(
-                    "release of {:?}: {err}; sending the release again",
+                    "release of {:?}: {err}; sending the release alone",
                     keys.name
                 );
-                let released = self.run("release", &keys.name, 1, |conn| {
-                    query_loading_scripts(conn, |conn| release.query::<Option<i64>>(conn))
-                })?;
+                let released = self.send_release(keys, &release)?;
                 Ok((Release::from_reply(released), Attempt::HeldByOther(None)))
             }
             Err(err) => Err(err),
         }
     }
 
+    /// Sends a release call, and once more if its reply is lost: with the same latch, the
+    /// second gets the first's answer if that one ran.
+    fn send_release(&self, keys: &LockKeys, call: &redis::Cmd) -> Result<Option<i64>> {
+        let send = || {
+            self.run("release", &keys.name, 1, |conn| {
+                query_loading_scripts(conn, |conn| call.query(conn))
+            })
+        };
+        match send() {
+            Err(err) if is_lost_reply(&err) => {
+                log::debug!("release of {:?}: {err}; sending it again", keys.name);
+                send()
+            }
+            other => other,
+        }
+    }
+
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script
     /// call and all calls in one pipeline (one round trip). Returns, per entry, whether the
     /// hold was still there.
+    ///
     /// The whole call (waiting for a connection, connecting, the reply) takes at most
     /// `budget`, so that a stalled server cannot hold the watchdog past the leases it renews.
     pub(crate) fn renew(
@@ -303,14 +313,9 @@ impl LockStore {
             }
         }
         let calls = batch.len().div_ceil(RENEW_KEYS_PER_CALL) as u64;
-        let replies: Vec<Vec<i64>> =
-            self.run_within("renew", "", calls, budget, |conn| match pipe.query(conn) {
-                Err(err) if is_noscript(&err) => {
-                    self.scripts.renew.load(conn)?;
-                    pipe.query(conn)
-                }
-                other => other,
-            })?;
+        let replies: Vec<Vec<i64>> = self.run_within("renew", "", calls, budget, |conn| {
+            query_loading_scripts(conn, |conn| pipe.query(conn))
+        })?;
         Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
     }
 
@@ -485,6 +490,11 @@ fn query_loading_scripts<T>(
         }
         other => other,
     }
+}
+
+/// The reply may be lost although the command ran: a timeout or a broken connection.
+fn is_lost_reply(err: &Error) -> bool {
+    err.is_timeout() || err.is_connection_error()
 }
 
 /// Whether one command of a failed pipeline was refused with NOSCRIPT.

@@ -84,6 +84,15 @@ impl HoldStatus {
     }
 }
 
+/// What a thread still holds of one lock after releasing a hold.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct HoldsLeft {
+    /// All its holds.
+    pub(crate) total: u32,
+    /// Those the watchdog renews.
+    pub(crate) renewed: u32,
+}
+
 /// One thread's holds on one lock: the unit the watchdog renews.
 #[derive(Clone)]
 struct HoldKey {
@@ -203,8 +212,9 @@ impl Watchdog {
         }
         // Awake while anything is held: it renews, and it reports leases that ran out as soon
         // as they do.
-        let ends = Instant::now() + deadline.saturating_since(BootInstant::now());
-        if state.dormant || state.wake_at.is_some_and(|at| ends < at) {
+        let ends_sooner =
+            |at: Instant| Instant::now() + deadline.saturating_since(BootInstant::now()) < at;
+        if state.dormant || state.wake_at.is_some_and(ends_sooner) {
             state.dormant = false;
             self.shared.wake.notify_one();
         }
@@ -212,15 +222,15 @@ impl Watchdog {
     }
 
     /// One hold fewer of `thread` on `keys`; the last renewed one stops the renewal. Returns
-    /// how many holds the thread has left on the lock.
-    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64, renewed: bool) -> u32 {
+    /// what the thread has left on the lock.
+    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64, renewed: bool) -> HoldsLeft {
         let hold = HoldKey {
             keys: Arc::clone(keys),
             thread,
         };
         let mut state = self.shared.state.lock();
         let Some(renewal) = state.renewals.get_mut(&hold) else {
-            return 0;
+            return HoldsLeft::default();
         };
         if renewed {
             renewal.holds = renewal.holds.saturating_sub(1);
@@ -230,8 +240,11 @@ impl Watchdog {
         } else {
             renewal.fixed = renewal.fixed.saturating_sub(1);
         }
-        let left = renewal.holds + renewal.fixed;
-        if left == 0 {
+        let left = HoldsLeft {
+            total: renewal.holds + renewal.fixed,
+            renewed: renewal.holds,
+        };
+        if left.total == 0 {
             state.renewals.remove(&hold);
         }
         left
@@ -248,16 +261,6 @@ impl Watchdog {
             .renewals
             .get(&hold)
             .map_or(0, |renewal| renewal.holds + renewal.fixed)
-    }
-
-    /// Whether `thread`'s hold on `keys` is being renewed.
-    pub(crate) fn is_renewing(&self, keys: &Arc<LockKeys>, thread: u64) -> bool {
-        let hold = HoldKey {
-            keys: Arc::clone(keys),
-            thread,
-        };
-        let state = self.shared.state.lock();
-        state.renewals.get(&hold).is_some_and(|r| r.holds > 0)
     }
 
     /// How many holds are being renewed (for tests and diagnostics).
