@@ -4,12 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::engine::{Held, Reentrant};
+use crate::error::Result;
 use crate::lock::Lock;
 use crate::names::LockKeys;
-use crate::owner::owner_field;
-use crate::store::Release;
-use crate::watchdog::HoldStatus;
 
 /// One hold on a lock, released when the guard is dropped or [`unlock`](Self::unlock)ed.
 ///
@@ -21,33 +19,16 @@ use crate::watchdog::HoldStatus;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lock: Lock,
-    thread: u64,
-    lease_ms: u64,
-    /// What the watchdog knows of this thread's hold: lost or not, the confirmed deadline.
-    status: Arc<HoldStatus>,
-    /// Whether the watchdog renews it (no fixed lease).
-    renewed: bool,
-    /// The fencing token of a fenced acquisition.
-    token: Option<u64>,
+    /// The hold: its owner thread, lease, token and what the watchdog knows of it.
+    held: Held,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        lock: Lock,
-        thread: u64,
-        lease_ms: u64,
-        status: Arc<HoldStatus>,
-        renewed: bool,
-        token: Option<u64>,
-    ) -> Self {
+    pub(crate) fn new(lock: Lock, held: Held) -> Self {
         LockGuard {
             lock,
-            thread,
-            lease_ms,
-            status,
-            renewed,
-            token,
+            held,
             released: false,
         }
     }
@@ -87,14 +68,14 @@ impl LockGuard {
     /// than the highest it has seen: then a holder that lost the lock without knowing (a long
     /// pause, a partition) cannot overwrite the work of the holder after it.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.token
+        self.held.token
     }
 
     /// The fixed lease this hold was taken with; `None` when the watchdog renews it.
     pub fn lease(&self) -> Option<Duration> {
-        match self.renewed {
+        match self.held.renewed {
             true => None,
-            false => Some(Duration::from_millis(self.lease_ms)),
+            false => Some(Duration::from_millis(self.held.lease_ms)),
         }
     }
 
@@ -108,13 +89,13 @@ impl LockGuard {
     /// lease has not run out on Redis' side either. Once `true`, another client may hold the
     /// lock; protect writes with [fencing tokens](Self::fencing_token) where that matters.
     pub fn is_lost(&self) -> bool {
-        self.status.is_lost()
+        self.held.status.is_lost()
     }
 
     /// The lease left as last confirmed by Redis (see [`is_lost`](Self::is_lost)); `None`
     /// once lost. For renewed locks it goes back up at every renewal.
     pub fn remaining_lease(&self) -> Option<Duration> {
-        self.status.remaining()
+        self.held.status.remaining()
     }
 
     /// A receiver that gets one message the moment the lock is found lost: by the watchdog at
@@ -135,48 +116,12 @@ impl LockGuard {
     /// # Ok::<(), redis_lock::Error>(())
     /// ```
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<()> {
-        self.status.lost_signal()
+        self.held.status.lost_signal()
     }
 
     fn release(&self) -> Result<()> {
-        let inner = &self.lock.manager().inner;
-        let owner = owner_field(&inner.client_id, self.thread);
-        // Count the hold off first: whether it was this thread's last decides the handoff.
-        let left = inner
-            .watchdog
-            .unregister(self.keys(), self.thread, self.renewed);
-        // Holds that remain keep the lease the watchdog gives them, if it renews them.
-        let lease_ms = if self.renewed || left.renewed > 0 {
-            inner.config.watchdog_timeout_ms
-        } else {
-            self.lease_ms
-        };
-        let outcome = inner
-            .gates
-            .release(self.keys(), self.thread, left.total == 0, |successor| {
-                // Some successors acquire themselves (a fenced one wants its own token).
-                let Some(next) = successor.filter(|next| next.may_acquire()) else {
-                    return (inner.store.release(self.keys(), lease_ms, &owner), false);
-                };
-                // The next local thread's acquire rides in the same round trip.
-                let next_owner = owner_field(&inner.client_id, next.thread());
-                match inner.store.release_and_acquire(
-                    self.keys(),
-                    lease_ms,
-                    &owner,
-                    &next_owner,
-                    next.lease_ms(),
-                ) {
-                    Ok((released, attempt)) => (Ok(released), attempt.is_acquired()),
-                    Err(err) => (Err(err), false),
-                }
-            });
-        match outcome? {
-            Release::Released | Release::StillHeld => Ok(()),
-            Release::NotHeld => Err(Error::NotHeld {
-                name: self.name().to_string(),
-            }),
-        }
+        let engine = self.lock.manager().engine();
+        engine.release(&Reentrant, self.keys(), &self.held)
     }
 }
 
@@ -195,7 +140,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("name", &self.name())
-            .field("thread", &self.thread)
+            .field("thread", &self.held.thread)
             .field("lease", &self.lease())
             .finish()
     }

@@ -137,12 +137,15 @@
 mod capi;
 mod clock;
 mod config;
+mod engine;
 mod error;
-mod gate;
 mod guard;
+mod holds;
+mod line;
 mod lock;
 mod manager;
 mod names;
+mod options;
 mod owner;
 mod pool;
 mod scripts;
@@ -162,6 +165,7 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
+pub use options::{AcquireOptions, Lease};
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.

@@ -5,14 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, LockManagerBuilder};
-use crate::error::{Error, Result};
-use crate::gate::Gates;
+use crate::engine::Engine;
+use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::options::AcquireOptions;
 use crate::stats::Stats;
-use crate::store::LockStore;
-use crate::subscriber::Subscriber;
-use crate::watchdog::Watchdog;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
 /// locks.
@@ -38,17 +36,7 @@ use crate::watchdog::Watchdog;
 /// told apart by their thread number in the owner field, exactly as Redisson does.
 #[derive(Clone)]
 pub struct LockManager {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    // Field order is drop order: stop the threads before the store they use goes away.
-    pub(crate) subscriber: Subscriber,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) gates: Gates,
-    pub(crate) store: Arc<LockStore>,
-    pub(crate) client_id: String,
-    pub(crate) config: Config,
+    engine: Arc<Engine>,
 }
 
 impl LockManager {
@@ -71,28 +59,13 @@ impl LockManager {
     }
 
     pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
-        let client_id = uuid::Uuid::new_v4().to_string();
-        let store = Arc::new(LockStore::connect(url, &config)?);
-        let thread_error = |source| Error::ThreadSpawn { source };
-        let watchdog = Watchdog::start(
-            Arc::clone(&store),
-            client_id.clone(),
-            config.watchdog_timeout_ms,
-            config.renewal_period(),
-        )
-        .map_err(thread_error)?;
-        let subscriber = Subscriber::start(Arc::clone(&store), &client_id, config.response_timeout)
-            .map_err(thread_error)?;
         Ok(LockManager {
-            inner: Arc::new(Inner {
-                subscriber,
-                watchdog,
-                gates: Gates::new(config.renewal_period()),
-                store,
-                client_id,
-                config,
-            }),
+            engine: Arc::new(Engine::start(url, config)?),
         })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// A handle on the lock called `name`. No I/O; an invalid name is reported by the first
@@ -144,38 +117,43 @@ impl LockManager {
         self.get_lock(name).try_lock_fenced(wait)
     }
 
+    /// Acquires `name` as `options` say. See [`Lock::acquire`].
+    pub fn acquire(&self, name: &str, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        self.get_lock(name).acquire(options)
+    }
+
     /// This manager's client id: the UUID before the `:` in the owner fields it writes.
     pub fn client_id(&self) -> &str {
-        &self.inner.client_id
+        self.engine.client_id()
     }
 
     /// The lease of watchdog-renewed locks.
     pub fn watchdog_timeout(&self) -> Duration {
-        Duration::from_millis(self.inner.config.watchdog_timeout_ms)
+        Duration::from_millis(self.engine.config().watchdog_timeout_ms)
     }
 
     /// How many holds the watchdog is renewing right now (one per thread and lock, however
     /// many times that thread re-entered it).
     pub fn renewing_count(&self) -> usize {
-        self.inner.watchdog.len()
+        self.engine.renewing_count()
     }
 
     /// Counters of what this manager (all its clones) has sent to Redis and found, since it
     /// started: commands, round trips, renewal sweeps, lost holds.
     pub fn stats(&self) -> Stats {
-        self.inner.store.counters.snapshot()
+        self.engine.stats()
     }
 
     /// How many threads are waiting in line behind another thread of this manager for the same
     /// lock right now. Such threads send nothing to Redis: the thread ahead of them hands the
     /// lock over when it releases it.
     pub fn queued_thread_count(&self) -> usize {
-        self.inner.gates.queued_count()
+        self.engine.queued_thread_count()
     }
 
     /// How many lock channels local threads are waiting on right now.
     pub fn waiting_channel_count(&self) -> usize {
-        self.inner.subscriber.channel_count()
+        self.engine.waiting_channel_count()
     }
 }
 
@@ -183,8 +161,8 @@ impl fmt::Debug for LockManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL is left out on purpose: it may carry a password.
         f.debug_struct("LockManager")
-            .field("client_id", &self.inner.client_id)
-            .field("config", &self.inner.config)
+            .field("client_id", &self.engine.client_id())
+            .field("config", self.engine.config())
             .finish_non_exhaustive()
     }
 }

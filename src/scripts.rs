@@ -1,6 +1,6 @@
 //! The Lua scripts that change lock state atomically on the server.
 //!
-//! Each one has exactly the effect PROTOCOL.md describes for Redisson's scripts, so a Java
+//! Each one has the effect docs/DESIGN.md describes for Redisson's scripts, so a Java
 //! client and this crate can share a lock; the code is our own. Scripts are sent with EVALSHA
 //! and loaded again when the server answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
 
@@ -33,12 +33,24 @@ end
 return redis.call('pttl', KEYS[1])
 "#;
 
-/// `KEYS[1]` lock key, `KEYS[2]` unlock channel, `KEYS[3]` latch key.
-/// `ARGV[1]` message, `ARGV[2]` lease ms, `ARGV[3]` owner field, `ARGV[4]` publish command,
-/// `ARGV[5]` latch TTL ms.
-/// Replies the latch's value for a repeated call, nil when not the owner, 0 when still held
-/// (one hold fewer), 1 when released.
+/// The release, and the handoff to the next local thread. `KEYS[1]` lock key, `KEYS[2]`
+/// unlock channel, `KEYS[3]` this call's latch key, and optionally `KEYS[4]` the latch of
+/// this client's previous release of the lock, whose reply is in hand (so it is deleted now,
+/// rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms for holds that remain,
+/// `ARGV[3]` owner field, `ARGV[4]` publish command, `ARGV[5]` latch TTL ms, `ARGV[6]` how
+/// many of the channel's subscribers are the releasing client's own (0 or 1), `ARGV[7]` the
+/// next owner field (empty: no handoff), `ARGV[8]` its lease ms.
+///
+/// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
+/// hold (the key deleted, the unlock message published): 3 when anyone besides the client's
+/// own listener heard the message (the lock is left free for them), 2 when it was acquired
+/// for the next owner, 1 when left free. A repeated call (same latch) gets the first call's
+/// reply and changes nothing. A publish the server refuses (an ACL without channel rights)
+/// does not undo the release: the release is reported, and nobody heard it.
 pub const RELEASE: &str = r#"
+if KEYS[4] then
+    redis.call('del', KEYS[4])
+end
 local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
@@ -46,15 +58,26 @@ end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
+local result = 1
 if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
-    return 0
+    result = 0
+else
+    redis.call('del', KEYS[1])
+    local heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
+    if type(heard) ~= 'number' then
+        heard = 0
+    end
+    if heard > tonumber(ARGV[6]) then
+        result = 3
+    elseif ARGV[7] ~= '' then
+        redis.call('hincrby', KEYS[1], ARGV[7], 1)
+        redis.call('pexpire', KEYS[1], ARGV[8])
+        result = 2
+    end
 end
-redis.call('del', KEYS[1])
-redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1
+redis.call('set', KEYS[3], result, 'px', ARGV[5])
+return result
 "#;
 
 /// KEYS: lock keys. `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field for `KEYS[i]`.

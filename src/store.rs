@@ -5,8 +5,11 @@
 //! (slot-aware renewal batches, `SPUBLISH`) and Redlock over several masters are meant to be
 //! other implementations of the same handful of operations.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use redis::{Client, Connection, ErrorKind, IntoConnectionInfo, RedisError, RedisResult};
 
 use crate::config::Config;
@@ -77,8 +80,13 @@ impl Attempt {
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
-    /// The last hold was released and the unlock was announced.
+    /// The last hold was released; nobody else was told, and no handoff was asked for.
     Released,
+    /// The last hold was released and the lock acquired for the next local owner.
+    HandedOver,
+    /// The last hold was released and someone besides this client heard the unlock: the lock
+    /// was left free for them.
+    LeftForOthers,
     /// One hold fewer; the owner still holds the lock.
     StillHeld,
     /// The owner held no hold: expired, force-unlocked, or someone else's.
@@ -86,15 +94,21 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    /// The release script's reply: nil when not the owner, 0 still held, 1 released.
+    /// The release script's reply (see `RELEASE` in scripts.rs).
     fn from_reply(reply: Option<i64>) -> Self {
         match reply {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
+            Some(2) => Release::HandedOver,
+            Some(3) => Release::LeftForOthers,
             Some(_) => Release::Released,
         }
     }
 }
+
+/// Above this many locks remembered, the latches of earlier releases are forgotten (they
+/// expire by themselves): the memory stays bounded however many names are used.
+const LATCHES_REMEMBERED: usize = 1024;
 
 pub(crate) struct LockStore {
     pool: Pool,
@@ -103,8 +117,12 @@ pub(crate) struct LockStore {
     publish_command: &'static str,
     latch_ttl_ms: u64,
     response_timeout: Duration,
+    /// The latch of this client's last release of each lock, whose reply is in hand: the
+    /// next release of that lock deletes it (see `RELEASE`), so a busy lock leaves one latch
+    /// behind, not one per unlock.
+    last_latch: Mutex<HashMap<Box<str>, String>>,
     /// What this client sent; the listener and the watchdog count here too.
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl LockStore {
@@ -141,7 +159,8 @@ impl LockStore {
             publish_command: "publish",
             latch_ttl_ms: config.latch_ttl_ms(),
             response_timeout: config.response_timeout,
-            counters: Counters::default(),
+            last_latch: Mutex::new(HashMap::new()),
+            counters: Arc::new(Counters::default()),
         };
         let load = Scripts::load_all();
         store.run("loading the lock scripts", "", 5, |conn| {
@@ -208,82 +227,60 @@ impl LockStore {
         call
     }
 
-    /// `EVALSHA` of the release script (see `scripts.rs` for its KEYS and ARGV), with a new
-    /// unlock latch: resending this same call is what makes a release idempotent.
-    fn release_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
-        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.release.get_hash())
-            .arg(3)
-            .arg(&*keys.name)
-            .arg(keys.channel())
-            .arg(latch)
-            .arg(UNLOCK_MESSAGE)
-            .arg(lease_ms)
-            .arg(owner)
-            .arg(self.publish_command)
-            .arg(self.latch_ttl_ms);
-        call
-    }
-
-    /// Releases one hold of `owner`. Idempotent: when the reply is lost (a timeout, a broken
-    /// connection) the call is sent once more with the same latch, and gets the first call's
-    /// answer if that one ran.
-    pub(crate) fn release(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> Result<Release> {
-        let call = self.release_call(keys, lease_ms, owner);
-        Ok(Release::from_reply(self.send_release(keys, &call)?))
-    }
-
-    /// Releases one hold of `owner` and, in the same round trip (a pipeline), makes an acquire
-    /// attempt for `next_owner` with `next_lease_ms`: the handoff to the next local thread.
+    /// Releases one hold of `owner` (holds that remain get `lease_ms`) and, when it was the
+    /// last and nobody but this client's own listener (`own_listener`) heard the unlock,
+    /// acquires for `next` (owner field, lease ms) in the same script call: the handoff to the
+    /// next local thread.
     ///
-    /// When the reply is lost, only the release is sent again (with the same latch, so it is
-    /// idempotent); the acquire is not, since it may have run, and is reported as failed: the
-    /// next thread then attempts itself.
-    pub(crate) fn release_and_acquire(
+    /// Idempotent: when the reply is lost (a timeout, a broken connection) the call is sent
+    /// once more with the same latch, and gets the first call's answer if that one ran (the
+    /// handoff included: it is never done twice, nor reported undone when it was done).
+    pub(crate) fn release(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
-        next_owner: &str,
-        next_lease_ms: u64,
-    ) -> Result<(Release, Attempt)> {
-        let release = self.release_call(keys, lease_ms, owner);
-        let acquire = self.acquire_call(keys, next_lease_ms, next_owner);
-        let mut pipe = redis::pipe();
-        pipe.add_command(release.clone()).add_command(acquire);
-        let first = self.run("release", &keys.name, 2, |conn| {
-            query_loading_scripts(conn, |conn| pipe.query::<(Option<i64>, Option<i64>)>(conn))
-        });
-        match first {
-            Ok((released, pttl)) => Ok((Release::from_reply(released), Attempt::from_reply(pttl))),
-            Err(err) if is_lost_reply(&err) => {
-                log::debug!(
-                    "release of {:?}: {err}; sending the release alone",
-                    keys.name
-                );
-                let released = self.send_release(keys, &release)?;
-                Ok((Release::from_reply(released), Attempt::HeldByOther(None)))
-            }
-            Err(err) => Err(err),
+        own_listener: bool,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
+        let previous = self.last_latch.lock().remove(&*keys.name);
+        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.release.get_hash())
+            .arg(if previous.is_some() { 4 } else { 3 })
+            .arg(&*keys.name)
+            .arg(keys.channel())
+            .arg(&latch);
+        if let Some(previous) = &previous {
+            call.arg(previous);
         }
-    }
-
-    /// Sends a release call, and once more if its reply is lost: with the same latch, the
-    /// second gets the first's answer if that one ran.
-    fn send_release(&self, keys: &LockKeys, call: &redis::Cmd) -> Result<Option<i64>> {
+        call.arg(UNLOCK_MESSAGE)
+            .arg(lease_ms)
+            .arg(owner)
+            .arg(self.publish_command)
+            .arg(self.latch_ttl_ms)
+            .arg(u8::from(own_listener))
+            .arg(next_owner)
+            .arg(next_lease_ms);
         let send = || {
             self.run("release", &keys.name, 1, |conn| {
-                query_loading_scripts(conn, |conn| call.query(conn))
+                query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
             })
         };
-        match send() {
+        let reply = match send() {
             Err(err) if is_lost_reply(&err) => {
                 log::debug!("release of {:?}: {err}; sending it again", keys.name);
-                send()
+                send()?
             }
-            other => other,
+            other => other?,
+        };
+        let mut latches = self.last_latch.lock();
+        if latches.len() >= LATCHES_REMEMBERED {
+            latches.clear();
         }
+        latches.insert(keys.name.clone(), latch);
+        Ok(Release::from_reply(reply))
     }
 
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script

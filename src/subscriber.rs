@@ -11,7 +11,7 @@
 //! and shutdown; a waiter that needs a new subscription now publishes on the manager's private
 //! control channel, which wakes the listener at once instead of after a tick.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -86,6 +86,10 @@ impl Waiters {
 
 struct Shared {
     channels: Mutex<HashMap<String, Arc<Waiters>>>,
+    /// The channels the listener's connection is subscribed to on the server (including
+    /// those without waiters, until the listener unsubscribes): a release subtracts this
+    /// client's own listener from the count of those who heard its unlock.
+    subscribed: Mutex<HashSet<String>>,
     requests: Sender<Request>,
     control_channel: String,
     store: Arc<LockStore>,
@@ -132,6 +136,7 @@ impl Subscriber {
         let (requests, inbox) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            subscribed: Mutex::new(HashSet::new()),
             requests,
             control_channel: format!("redis_lock__control:{{{client_id}}}"),
             store,
@@ -194,6 +199,11 @@ impl Subscriber {
         }
         drop(state);
         subscription
+    }
+
+    /// Whether this manager's listener is subscribed to `channel` on the server.
+    pub(crate) fn is_listening(&self, channel: &str) -> bool {
+        self.shared.subscribed.lock().contains(channel)
     }
 
     /// How many channels have local waiters (for tests and diagnostics).
@@ -294,6 +304,7 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
 
     // Start from the registry, the truth about who waits; queued requests are covered by it.
     while inbox.try_recv().is_ok() {}
+    shared.subscribed.lock().clear();
     let current: Vec<(String, Arc<Waiters>)> = shared
         .channels
         .lock()
@@ -302,6 +313,7 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
         .collect();
     for (channel, waiters) in &current {
         subscribe_one(shared, &mut pubsub, channel, waiters)?;
+        shared.subscribed.lock().insert(channel.clone());
         // Releases announced while we were disconnected were missed: everyone looks again.
         waiters.release_all();
     }
@@ -315,12 +327,14 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
             match request {
                 Request::Subscribe(channel, waiters) => {
                     subscribe_one(shared, &mut pubsub, &channel, &waiters)?;
+                    shared.subscribed.lock().insert(channel);
                 }
                 Request::Unsubscribe(channel) => {
                     // A new waiter may have come back since; its own request follows.
                     if !shared.channels.lock().contains_key(&channel) {
                         shared.store.counters.sent(1);
                         pubsub.unsubscribe(&channel)?;
+                        shared.subscribed.lock().remove(&channel);
                     }
                 }
             }

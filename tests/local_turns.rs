@@ -198,8 +198,8 @@ fn the_release_acquires_for_the_next_local_thread_in_one_round_trip() -> Result<
     assert_eq!(manager.queued_thread_count(), 1);
     let (result, commands, round_trips) = line.unlock_turn_holder();
     result?;
-    // The release and the acquire in the next thread's name: two commands, one trip.
-    assert_eq!((commands, round_trips), (2, 1));
+    // The release and the acquire in the next thread's name: one script call.
+    assert_eq!((commands, round_trips), (1, 1));
     line.next_acquired();
     let (held, count) = line.inspect_next();
     assert!(held, "the queued thread holds the lock");

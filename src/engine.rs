@@ -1,0 +1,509 @@
+//! The acquire engine: the one loop every lock kind runs to acquire and release, and the
+//! machinery a manager shares among its locks (connections, the hold registry, the line, the
+//! pub/sub listener, the watchdog).
+//!
+//! Acquiring is: an attempt in Redis (one script call); when the lock is held, a place in the
+//! local line ([`crate::line`]); with the turn, a subscription to the lock's channel and a
+//! sleep until an unlock message or the holder's TTL, then another attempt; once acquired, a
+//! hold in the registry ([`crate::holds`]) that the watchdog renews. Releasing is one script
+//! call that also hands the lock to the next local thread, or leaves it free when others were
+//! told (docs/DESIGN.md describes the whole protocol).
+//!
+//! A lock kind is what [`LockKind`] says: how one attempt and one release are done and where
+//! releases are announced. Everything else is shared.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::clock::BootInstant;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::holds::{HoldStatus, Holds};
+use crate::line::{Entry, Handed, Join, Line, Probed, Wait};
+use crate::names::LockKeys;
+use crate::options::Request;
+use crate::owner::{current_thread_number, owner_field};
+use crate::stats::Stats;
+use crate::store::{Attempt, LockStore, Release};
+use crate::subscriber::Subscriber;
+use crate::watchdog::Watchdog;
+
+/// How long to sleep between attempts when the holder's key has no TTL at all (a foreign
+/// writer made it; no client of this protocol does) and no unlock message comes.
+const NO_TTL_POLL: Duration = Duration::from_millis(100);
+
+/// How often a waiter looks again while Redis does not answer (it is also woken as soon as
+/// the pub/sub listener has reconnected).
+const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+
+/// One kind of lock, as the engine needs to know it.
+pub(crate) trait LockKind: Sync {
+    /// One attempt to take a hold for `owner`; reports the holder's TTL when it is held.
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Result<Attempt>;
+
+    /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
+    /// release on [`channel`](Self::channel); then, unless anyone besides this manager's own
+    /// listener (`own_listener`) heard it, acquires for `next` (owner field and lease).
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        own_listener: bool,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release>;
+
+    /// Where releases are announced.
+    fn channel(&self, keys: &LockKeys) -> String;
+}
+
+/// Redisson's reentrant lock (`RLock`): a hash of owner fields and hold counts.
+pub(crate) struct Reentrant;
+
+impl LockKind for Reentrant {
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Result<Attempt> {
+        if fenced {
+            store.try_acquire_fenced(keys, lease_ms, owner)
+        } else {
+            store.try_acquire(keys, lease_ms, owner)
+        }
+    }
+
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        own_listener: bool,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        store.release(keys, lease_ms, owner, own_listener, next)
+    }
+
+    fn channel(&self, keys: &LockKeys) -> String {
+        keys.channel()
+    }
+}
+
+/// One hold, as its guard keeps it.
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The owner's thread number.
+    pub(crate) thread: u64,
+    pub(crate) lease_ms: u64,
+    /// Whether the watchdog renews it (no fixed lease).
+    pub(crate) renewed: bool,
+    /// The fencing token of a fenced acquisition.
+    pub(crate) token: Option<u64>,
+    pub(crate) status: Arc<HoldStatus>,
+}
+
+/// Everything a manager owns (see [`crate::LockManager`]).
+pub(crate) struct Engine {
+    // Field order is drop order: stop the threads before the store they use goes away.
+    subscriber: Subscriber,
+    watchdog: Watchdog,
+    holds: Arc<Holds>,
+    line: Line,
+    store: Arc<LockStore>,
+    client_id: String,
+    config: Config,
+}
+
+/// The last attempt's facts: when it was sent (its lease counts from then) and its token.
+struct Attempter<'a> {
+    engine: &'a Engine,
+    kind: &'a dyn LockKind,
+    keys: &'a LockKeys,
+    owner: String,
+    request: &'a Request,
+    sent: BootInstant,
+    token: Option<u64>,
+}
+
+impl Attempter<'_> {
+    fn attempt(&mut self) -> Result<Attempt> {
+        self.sent = BootInstant::now();
+        let outcome = self.kind.attempt(
+            &self.engine.store,
+            self.keys,
+            &self.owner,
+            self.request.lease_ms,
+            self.request.fenced,
+        )?;
+        if let Attempt::Acquired { token } = outcome {
+            self.token = token;
+        }
+        Ok(outcome)
+    }
+}
+
+impl Engine {
+    pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
+        let client_id = uuid::Uuid::new_v4().to_string();
+        let store = Arc::new(LockStore::connect(url, &config)?);
+        let timeout = Duration::from_millis(config.watchdog_timeout_ms);
+        let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters)));
+        let thread_error = |source| Error::ThreadSpawn { source };
+        let watchdog = Watchdog::start(
+            Arc::clone(&holds),
+            Arc::clone(&store),
+            client_id.clone(),
+            config.watchdog_timeout_ms,
+        )
+        .map_err(thread_error)?;
+        let subscriber = Subscriber::start(Arc::clone(&store), &client_id, config.response_timeout)
+            .map_err(thread_error)?;
+        Ok(Engine {
+            subscriber,
+            watchdog,
+            holds,
+            line: Line::new(config.renewal_period()),
+            store,
+            client_id,
+            config,
+        })
+    }
+
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn store(&self) -> &LockStore {
+        &self.store
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.store.counters.snapshot()
+    }
+
+    pub(crate) fn renewing_count(&self) -> usize {
+        let _ = &self.watchdog; // renewals happen on its thread; the registry counts them
+        self.holds.renewing_count()
+    }
+
+    pub(crate) fn queued_thread_count(&self) -> usize {
+        self.line.queued_count()
+    }
+
+    pub(crate) fn waiting_channel_count(&self) -> usize {
+        self.subscriber.channel_count()
+    }
+
+    /// The owner field of the calling thread.
+    pub(crate) fn current_owner(&self) -> String {
+        owner_field(&self.client_id, current_thread_number())
+    }
+
+    /// A force unlock through this manager: whoever had the local turn lost its hold.
+    pub(crate) fn forget_turn(&self, keys: &Arc<LockKeys>) {
+        self.line.reset(keys);
+    }
+
+    /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
+    pub(crate) fn acquire(
+        &self,
+        kind: &dyn LockKind,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+    ) -> Result<Option<Held>> {
+        loop {
+            match self.acquire_once(kind, keys, request)? {
+                // A reply that came back too late to leave a useful lease is not a lock: the
+                // server may count the lease from earlier than this side can prove. Release
+                // it and try again while the wait allows.
+                Some(held) if !has_useful_lease(&held) => {
+                    log::warn!(
+                        "lock {:?}: the acquire's reply came too late to leave a useful lease; \
+                         releasing it",
+                        keys.name
+                    );
+                    if let Err(err) = self.release(kind, keys, &held) {
+                        log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
+                    }
+                    if request.expired() {
+                        return Ok(None);
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// One acquire, until the request's deadline.
+    fn acquire_once(
+        &self,
+        kind: &dyn LockKind,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+    ) -> Result<Option<Held>> {
+        let thread = current_thread_number();
+        let mut attempter = Attempter {
+            engine: self,
+            kind,
+            keys,
+            owner: owner_field(&self.client_id, thread),
+            request,
+            sent: BootInstant::now(),
+            token: None,
+        };
+        // Reentrant: this thread holds the lock already, so no local thread can be ahead.
+        let reentrant = self.holds.count(keys, thread) > 0;
+        if request.one_attempt {
+            // One attempt and no queueing; while a local thread has the turn, the lock is
+            // held or about to be, and the answer is no without asking.
+            if !reentrant && !self.line.may_attempt(keys, thread) {
+                return Ok(None);
+            }
+            if !attempter.attempt()?.is_acquired() {
+                return Ok(None);
+            }
+            self.line.take_over(keys, thread);
+            return Ok(Some(self.granted(keys, thread, request, &attempter)));
+        }
+        let mut attempted = false;
+        if reentrant || !self.line.is_busy(keys) {
+            // Uncontended here: one attempt, and no entry in the line unless it fails.
+            if attempter.attempt()?.is_acquired() {
+                return Ok(Some(self.granted(keys, thread, request, &attempter)));
+            }
+            attempted = true;
+        }
+        let entry = match self
+            .line
+            .join(keys, thread, request.lease_ms, request.fenced)
+        {
+            Join::Entered(entry) => entry,
+            Join::Queued(mut ticket) => loop {
+                match self.line.wait(&mut ticket, request.deadline) {
+                    Wait::Entered(entry) => break entry,
+                    Wait::TimedOut => return Ok(None),
+                    Wait::Probe => {
+                        let probed = match attempter.attempt() {
+                            Ok(Attempt::Acquired { .. }) => Probed::Acquired,
+                            Ok(Attempt::HeldByOther(ttl)) => {
+                                Probed::Held(ttl.map_or(NO_TTL_POLL, Duration::from_millis))
+                            }
+                            Err(err) => {
+                                self.line.probed(&mut ticket, thread, Probed::Failed);
+                                return Err(err);
+                            }
+                        };
+                        if let Some(entry) = self.line.probed(&mut ticket, thread, probed) {
+                            break entry;
+                        }
+                    }
+                }
+            },
+        };
+        let hold_back = match entry {
+            Entry::Acquired { sent } => {
+                if let Some(at) = sent {
+                    attempter.sent = at; // acquired by the releasing thread's request
+                }
+                return Ok(Some(self.granted(keys, thread, request, &attempter)));
+            }
+            Entry::Turn { hold_back_until } => hold_back_until,
+        };
+        let outcome = self.contend(kind, keys, request, attempted, hold_back, &mut attempter);
+        if !matches!(outcome, Ok(true)) {
+            // Given up (the wait passed, or an error): the next local thread may try.
+            self.line.leave(keys, thread);
+        }
+        match outcome? {
+            true => Ok(Some(self.granted(keys, thread, request, &attempter))),
+            false => Ok(None),
+        }
+    }
+
+    /// The Redis side of acquiring, for the thread with the turn: attempt (unless `attempted`
+    /// just now, or holding back for remote waiters until `hold_back`); on failure subscribe,
+    /// attempt again (a release may have been announced before the subscription), then sleep
+    /// until a release message or the holder's TTL, and repeat. `Ok(false)` when the deadline
+    /// passed.
+    fn contend(
+        &self,
+        kind: &dyn LockKind,
+        keys: &LockKeys,
+        request: &Request,
+        attempted: bool,
+        hold_back: Option<Instant>,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<bool> {
+        let deadline = request.deadline;
+        if hold_back.is_none() && !attempted && attempter.attempt()?.is_acquired() {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(false);
+        }
+        let subscription = self.subscriber.subscribe(&kind.channel(keys), deadline);
+        let mut yielding = false;
+        if let Some(until) = hold_back {
+            // Others were told the lock is free: give them the first go. An unlock message
+            // meanwhile means one of them already had its turn.
+            let until = deadline.map_or(until, |d| d.min(until));
+            let left = until.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                subscription.wait(left);
+            }
+            yielding = true;
+        }
+        // A waiter rides out a short outage (a restart, a failover): for up to one connect
+        // timeout after Redis stopped answering it keeps waiting, woken when the listener is
+        // back; past that the outage is reported. Redis down for good is still an error.
+        let outage_grace = self.config.connect_timeout;
+        let mut down_since: Option<Instant> = None;
+        loop {
+            // The first pass closes the race with a release announced before we subscribed.
+            let holder_ttl = match attempter.attempt() {
+                Ok(Attempt::Acquired { .. }) => {
+                    if yielding {
+                        self.line.yield_outcome(true);
+                    }
+                    return Ok(true);
+                }
+                Ok(Attempt::HeldByOther(ttl)) => {
+                    if std::mem::take(&mut yielding) {
+                        self.line.yield_outcome(false);
+                    }
+                    down_since = None;
+                    ttl
+                }
+                Err(err) if err.is_connection_error() => {
+                    let since = *down_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= outage_grace {
+                        return Err(err);
+                    }
+                    log::debug!(
+                        "lock {:?}: {err}; waiting for Redis to come back",
+                        keys.name
+                    );
+                    Some(OUTAGE_RETRY.as_millis() as u64)
+                }
+                Err(err) => return Err(err),
+            };
+            let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
+            if let Some(deadline) = deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(false);
+                }
+                sleep = sleep.min(deadline - now);
+            }
+            subscription.wait(sleep);
+        }
+    }
+
+    fn granted(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        request: &Request,
+        attempter: &Attempter<'_>,
+    ) -> Held {
+        self.line.acquired(keys, thread, request.fixed);
+        let renewed = request.fixed.is_none();
+        let lease = Duration::from_millis(request.lease_ms);
+        let status = self
+            .holds
+            .register(keys, thread, renewed, attempter.sent, lease);
+        Held {
+            thread,
+            lease_ms: request.lease_ms,
+            renewed,
+            token: attempter.token,
+            status,
+        }
+    }
+
+    /// Releases one hold. When it is the owner's last and another local thread is queued,
+    /// the same script call acquires for that thread, unless remote waiters heard the unlock:
+    /// then the lock is left to them and the line yields.
+    pub(crate) fn release(
+        &self,
+        kind: &dyn LockKind,
+        keys: &Arc<LockKeys>,
+        held: &Held,
+    ) -> Result<()> {
+        let owner = owner_field(&self.client_id, held.thread);
+        // Count the hold off first: whether it was this thread's last decides the handoff.
+        let left = self.holds.unregister(keys, held.thread, held.renewed);
+        // Holds that remain keep the lease the watchdog gives them, if it renews them.
+        let lease_ms = if held.renewed || left.renewed > 0 {
+            self.config.watchdog_timeout_ms
+        } else {
+            held.lease_ms
+        };
+        let last = left.total == 0;
+        let successor = self.line.successor(keys, held.thread, last);
+        // Some successors acquire themselves (a fenced one wants its own token).
+        let next = successor
+            .as_ref()
+            .filter(|next| next.may_acquire())
+            .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
+        let channel = kind.channel(keys);
+        let own_listener = last && self.subscriber.is_listening(&channel);
+        // Taken before the request goes out: the successor's lease counts from no later.
+        let sent = BootInstant::now();
+        let outcome = kind.release(
+            &self.store,
+            keys,
+            &owner,
+            lease_ms,
+            own_listener,
+            next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease)),
+        );
+        match successor {
+            Some(successor) => {
+                let handed = match outcome {
+                    Ok(Release::HandedOver) => Handed::Lock(sent),
+                    Ok(Release::LeftForOthers) => Handed::Yield,
+                    _ => Handed::Turn,
+                };
+                self.line.hand_over(successor, handed);
+            }
+            None if last => match outcome {
+                Ok(Release::LeftForOthers) => self.line.yield_to_others(keys, held.thread),
+                // After the reply, so that the next local thread's attempt finds it free.
+                _ => self.line.leave(keys, held.thread),
+            },
+            None => {}
+        }
+        match outcome? {
+            Release::NotHeld => Err(Error::NotHeld {
+                name: keys.name.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether a new hold has at least a tenth of its lease left, as confirmed (counted from when
+/// its request was sent).
+fn has_useful_lease(held: &Held) -> bool {
+    let lease = Duration::from_millis(held.lease_ms);
+    held.status
+        .remaining()
+        .is_some_and(|left| left >= lease / 10)
+}

@@ -1,0 +1,387 @@
+//! The hold registry: which local thread holds which lock through this manager, with how many
+//! holds, and what its guards can see of the lease without I/O.
+//!
+//! The registry answers reentrancy ("does this thread hold it already?"), decides when a
+//! release is a thread's last (the line hands the lock on only then), and tells the watchdog
+//! thread which leases are due for renewal. It owns the watchdog's sleep: registering a hold is
+//! a map insert under the same mutex the watchdog sleeps on, so a hold can never be registered
+//! while the watchdog decides, on stale facts, to sleep past its due time.
+//!
+//! Renewal is due a renewal period (a third of the watchdog timeout, as in Redisson) after the
+//! acquire or the last renewal. Holds due within a tenth of a period of each other go in one
+//! sweep, so that the watchdog's wake-ups and round trips do not grow with the number of locks.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::{lease_deadline, BootInstant};
+use crate::names::LockKeys;
+use crate::stats::Counters;
+
+/// What the guards of one thread's hold on one lock can observe about it, without I/O.
+#[derive(Debug, Default)]
+pub(crate) struct HoldStatus {
+    /// Found gone at a renewal, or its confirmed lease ran out without a renewal.
+    lost: AtomicBool,
+    /// The end of the lease as last confirmed by Redis (acquire or renewal), on the boot
+    /// clock, measured from when that request was sent.
+    deadline: AtomicU64,
+    /// The guards' lost signals, told when the hold is found lost; dropped with the hold.
+    signals: Mutex<Vec<Sender<()>>>,
+}
+
+impl HoldStatus {
+    /// Lost: the watchdog found it gone, or its confirmed lease is over.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || BootInstant::now() >= self.deadline()
+    }
+
+    /// The confirmed lease left; `None` once lost.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        if self.lost.load(Ordering::Acquire) {
+            return None;
+        }
+        let left = self.deadline().saturating_since(BootInstant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// A receiver that gets one message when the hold is found lost, and is disconnected when
+    /// the hold ends without that.
+    pub(crate) fn lost_signal(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.lost.load(Ordering::Acquire) {
+            let _ = tx.send(());
+        } else {
+            self.signals.lock().push(tx);
+        }
+        rx
+    }
+
+    fn deadline(&self) -> BootInstant {
+        BootInstant::from_nanos(self.deadline.load(Ordering::Acquire))
+    }
+
+    fn confirm(&self, deadline: BootInstant) {
+        self.deadline.store(deadline.as_nanos(), Ordering::Release);
+    }
+
+    /// Marks the hold lost and tells every signal; only the first call does anything.
+    fn mark_lost(&self) -> bool {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        for signal in self.signals.lock().drain(..) {
+            let _ = signal.try_send(());
+        }
+        true
+    }
+}
+
+/// What a thread still holds of one lock after releasing a hold.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct HoldsLeft {
+    /// All its holds.
+    pub(crate) total: u32,
+    /// Those the watchdog renews.
+    pub(crate) renewed: u32,
+}
+
+/// One thread's holds on one lock: the unit the watchdog renews.
+#[derive(Clone)]
+pub(crate) struct HoldKey {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) thread: u64,
+}
+
+impl PartialEq for HoldKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.thread == other.thread && self.keys.name == other.keys.name
+    }
+}
+
+impl Eq for HoldKey {}
+
+impl Hash for HoldKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.keys.name.hash(state);
+        self.thread.hash(state);
+    }
+}
+
+struct Hold {
+    /// Guards of this thread on this lock that asked for renewal.
+    renewed: u32,
+    /// Guards of this thread on this lock with a fixed lease (not renewed, only counted).
+    fixed: u32,
+    /// When the next renewal is due; `None` while no guard asks for renewal.
+    due: Option<Instant>,
+    status: Arc<HoldStatus>,
+}
+
+#[derive(Default)]
+struct State {
+    holds: HashMap<HoldKey, Hold>,
+    /// When the sleeping watchdog means to wake; `None` while it sleeps with nothing to wait
+    /// for (or is awake). A hold due, or a lease ending, earlier wakes it.
+    wake_at: Option<Instant>,
+    /// The watchdog sleeps until woken: nothing is held.
+    dormant: bool,
+    shutdown: bool,
+}
+
+/// One renewal sweep for the watchdog to send.
+pub(crate) struct Sweep {
+    /// The holds to renew.
+    pub(crate) batch: Vec<HoldKey>,
+    /// How long the sweep may take: the shortest confirmed lease left among them (past that
+    /// they are lost anyway, and their owners must be told).
+    pub(crate) budget: Duration,
+    /// When it was taken, on both clocks: the renewed leases count from then.
+    pub(crate) sent: (Instant, BootInstant),
+}
+
+/// The registry (see the module docs).
+pub(crate) struct Holds {
+    state: Mutex<State>,
+    wake: Condvar,
+    /// How often a renewed hold is renewed: a third of the watchdog timeout.
+    period: Duration,
+    /// The lease a renewal sets.
+    timeout: Duration,
+    counters: Arc<Counters>,
+}
+
+impl Holds {
+    pub(crate) fn new(timeout: Duration, counters: Arc<Counters>) -> Self {
+        Holds {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            period: timeout / 3,
+            timeout,
+            counters,
+        }
+    }
+
+    /// Records one more hold of `thread` on `keys`, whose lease of `lease` was confirmed by a
+    /// request sent at `sent`; `renewed` ones are renewed from now on.
+    pub(crate) fn register(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        renewed: bool,
+        sent: BootInstant,
+        lease: Duration,
+    ) -> Arc<HoldStatus> {
+        let key = HoldKey {
+            keys: Arc::clone(keys),
+            thread,
+        };
+        let mut state = self.state.lock();
+        let hold = state.holds.entry(key).or_insert_with(|| Hold {
+            renewed: 0,
+            fixed: 0,
+            due: None,
+            status: Arc::new(HoldStatus::default()),
+        });
+        // Every acquire (a re-entry too) sets the key's TTL afresh.
+        let deadline = lease_deadline(sent, lease);
+        hold.status.confirm(deadline);
+        let status = Arc::clone(&hold.status);
+        if renewed {
+            hold.renewed += 1;
+            if hold.due.is_none() {
+                hold.due = Some(Instant::now() + self.period);
+            }
+        } else {
+            hold.fixed += 1;
+        }
+        // The watchdog must be awake for the earlier of the renewal and the lease's end: it
+        // renews, and it reports leases that ran out as soon as they do. Usually it already
+        // is (a hold registered now is due after every hold registered before it).
+        let wake_by = hold
+            .due
+            .filter(|_| renewed)
+            .unwrap_or_else(|| boot_to_instant(deadline));
+        if state.dormant || state.wake_at.is_some_and(|at| wake_by < at) {
+            state.dormant = false;
+            self.wake.notify_one();
+        }
+        status
+    }
+
+    /// One hold fewer of `thread` on `keys`; the last renewed one stops the renewal. Returns
+    /// what the thread has left on the lock.
+    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64, renewed: bool) -> HoldsLeft {
+        let key = HoldKey {
+            keys: Arc::clone(keys),
+            thread,
+        };
+        let mut state = self.state.lock();
+        let Some(hold) = state.holds.get_mut(&key) else {
+            return HoldsLeft::default();
+        };
+        if renewed {
+            hold.renewed = hold.renewed.saturating_sub(1);
+            if hold.renewed == 0 {
+                hold.due = None;
+            }
+        } else {
+            hold.fixed = hold.fixed.saturating_sub(1);
+        }
+        let left = HoldsLeft {
+            total: hold.renewed + hold.fixed,
+            renewed: hold.renewed,
+        };
+        if left.total == 0 {
+            state.holds.remove(&key);
+        }
+        left
+    }
+
+    /// How many holds `thread` has on `keys` through this manager.
+    pub(crate) fn count(&self, keys: &Arc<LockKeys>, thread: u64) -> u32 {
+        let key = HoldKey {
+            keys: Arc::clone(keys),
+            thread,
+        };
+        let state = self.state.lock();
+        state
+            .holds
+            .get(&key)
+            .map_or(0, |hold| hold.renewed + hold.fixed)
+    }
+
+    /// How many holds are being renewed (for tests and diagnostics).
+    pub(crate) fn renewing_count(&self) -> usize {
+        let state = self.state.lock();
+        state.holds.values().filter(|hold| hold.renewed > 0).count()
+    }
+
+    /// Tells the watchdog thread to stop.
+    pub(crate) fn shut_down(&self) {
+        self.state.lock().shutdown = true;
+        self.wake.notify_all();
+    }
+
+    /// For the watchdog thread: sleeps until renewals are due and returns them, reporting
+    /// leases that ran out meanwhile as they do; `None` at shutdown.
+    pub(crate) fn next_sweep(&self) -> Option<Sweep> {
+        let mut state = self.state.lock();
+        loop {
+            if state.shutdown {
+                return None;
+            }
+            self.expire_overdue(&mut state);
+            let now = Instant::now();
+            let next_due = state.holds.values().filter_map(|hold| hold.due).min();
+            if next_due.is_some_and(|due| due <= now) {
+                // Holds due soon go along: one round trip instead of several.
+                let horizon = now + self.period / 10;
+                let boot_now = BootInstant::now();
+                let mut budget = self.timeout;
+                let batch = state
+                    .holds
+                    .iter()
+                    .filter(|(_, hold)| hold.due.is_some_and(|due| due <= horizon))
+                    .map(|(key, hold)| {
+                        budget = budget.min(hold.status.deadline().saturating_since(boot_now));
+                        key.clone()
+                    })
+                    .collect();
+                return Some(Sweep {
+                    batch,
+                    budget,
+                    sent: (now, boot_now),
+                });
+            }
+            let lease_end = state
+                .holds
+                .values()
+                .map(|hold| hold.status.deadline())
+                .min()
+                .map(boot_to_instant);
+            let wake_at = match (next_due, lease_end) {
+                (Some(due), Some(end)) => Some(due.min(end)),
+                (due, end) => due.or(end),
+            };
+            match wake_at {
+                Some(at) => {
+                    state.wake_at = Some(at);
+                    self.wake.wait_until(&mut state, at);
+                    state.wake_at = None;
+                }
+                None => {
+                    state.dormant = true;
+                    while state.dormant && !state.shutdown {
+                        self.wake.wait(&mut state);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records what a sweep found: renewed holds are due again a period after it was sent,
+    /// holds found gone are lost, and after a failed sweep (`None`) its holds are retried soon,
+    /// well inside their leases rather than a whole period later.
+    pub(crate) fn finish_sweep(&self, sweep: Sweep, renewed: Option<Vec<bool>>) {
+        let retry_at = Instant::now()
+            + (self.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let mut state = self.state.lock();
+        for (i, key) in sweep.batch.into_iter().enumerate() {
+            let Some(hold) = state.holds.get_mut(&key) else {
+                continue; // released while the sweep was in flight
+            };
+            if hold.due.is_none() {
+                continue; // no renewed hold left while the sweep was in flight
+            }
+            match &renewed {
+                Some(renewed) if renewed[i] => {
+                    hold.status
+                        .confirm(lease_deadline(sweep.sent.1, self.timeout));
+                    hold.due = Some(sweep.sent.0 + self.period);
+                }
+                Some(_) => {
+                    hold.status.mark_lost();
+                    self.counters.hold_lost();
+                    log::warn!(
+                        "lock {:?} was lost: the watchdog found no hold of its owner",
+                        key.keys.name
+                    );
+                    state.holds.remove(&key);
+                }
+                None => hold.due = Some(retry_at),
+            }
+        }
+    }
+
+    /// Holds whose confirmed lease ran out without a confirmed renewal (Redis unreachable or
+    /// too slow, or a fixed lease that was not released in time) are lost: their owners are
+    /// told, and they are not renewed any more.
+    fn expire_overdue(&self, state: &mut State) {
+        let now = BootInstant::now();
+        state.holds.retain(|key, hold| {
+            if hold.status.deadline() > now {
+                return true;
+            }
+            if hold.status.mark_lost() {
+                self.counters.hold_lost();
+                log::warn!(
+                    "lock {:?} is lost: its lease ran out without a confirmed renewal",
+                    key.keys.name
+                );
+            }
+            false
+        });
+    }
+}
+
+/// The instant (on the clock threads sleep by) at which `deadline` (boot clock) comes.
+fn boot_to_instant(deadline: BootInstant) -> Instant {
+    Instant::now() + deadline.saturating_since(BootInstant::now())
+}

@@ -1,0 +1,575 @@
+//! The line: in-process turn-taking for one lock among the threads of one manager, and the
+//! rule that keeps it fair to everyone else.
+//!
+//! Without a line, every local thread that wants a held lock sends its own attempts, and on
+//! each release the holder (which often locks again at once) races the woken waiter: more
+//! requests per critical section, wake-ups that lose, unfair waits. With it, only the thread
+//! that has the *turn* contends in Redis; the others queue here, first come first served, and
+//! send nothing. A releasing thread with a local successor releases and acquires in the
+//! successor's name in one script call, then wakes it holding the lock: a contended lock costs
+//! one acquire and one release per critical section.
+//!
+//! That handoff must never shut other processes out (docs/DESIGN.md, "Fairness"). The release
+//! script publishes the unlock message and counts who heard it: when anyone besides this
+//! manager's own listener did (another process, a Redisson client), it leaves the lock free
+//! for them instead of handing it to the local successor, and the line *yields*: whoever here
+//! takes the turn next holds back for a short window before attempting, so that the woken
+//! remote waiter, which needs a pub/sub hop more, can win. The window adapts: it grows when a
+//! held-back thread still found the lock free (the remote side was slower, or nobody came) and
+//! shrinks when the remote side won.
+//!
+//! An entry exists only while a lock is contended locally or a yield is in force: a thread
+//! that finds the lock free takes it without one, so holding many uncontended locks costs
+//! nothing here. The line never grants a lock (Redis does); every delay it imposes is bounded,
+//! so a turn holder that never comes back (a leaked guard, a lease that ran out, a hold the
+//! watchdog lost, a force unlock from elsewhere) cannot stall the queue: the first queued thread
+//! asks Redis itself once its patience runs out (the holder's fixed lease, or one renewal
+//! period), and takes the turn if Redis gives it the lock.
+//!
+//! The line decides; the engine ([`crate::engine`]) does the I/O and reports back.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::BootInstant;
+use crate::names::LockKeys;
+
+/// The shortest, first and longest yield windows. A remote waiter needs a pub/sub message, a
+/// thread wake-up and a round trip to take a freed lock: a few hundred µs on loopback, a few
+/// ms on a loaded machine or a LAN.
+const YIELD_MIN: Duration = Duration::from_micros(500);
+const YIELD_FIRST: Duration = Duration::from_millis(2);
+const YIELD_MAX: Duration = Duration::from_millis(50);
+
+/// Above this many entries, yields that ended are swept out when a new one is recorded.
+const SWEEP_ABOVE: usize = 64;
+
+/// The turns of the locks that threads of a manager contend for.
+pub(crate) struct Line {
+    turns: Mutex<HashMap<Arc<LockKeys>, Turn>>,
+    /// How long a queued thread trusts a turn holder that renews its lock before checking
+    /// with Redis itself (the watchdog's renewal period).
+    patience: Duration,
+    /// The current yield window, in µs (see the module docs).
+    yield_window_us: AtomicU64,
+}
+
+/// One lock's turn: who has it, and who queues for it.
+struct Turn {
+    /// The thread that holds the lock or is acquiring it in Redis; `None` while nobody here
+    /// has the turn and the entry only records a yield.
+    owner: Option<u64>,
+    /// When `owner`'s fixed lease runs out; `None` while acquiring or when renewed.
+    lease_end: Option<Instant>,
+    /// Until when the next thread to take the turn holds back (a yield to remote waiters).
+    yield_until: Option<Instant>,
+    /// Threads waiting for the turn, first come first served.
+    queue: VecDeque<Arc<Queued>>,
+}
+
+/// One queued thread.
+struct Queued {
+    thread: u64,
+    /// The lease it asks for, so that the releasing thread can acquire in its name.
+    lease_ms: u64,
+    /// Whether it wants a fencing token: then it acquires itself.
+    fenced: bool,
+    state: Mutex<Handoff>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handoff {
+    Waiting,
+    /// First in line, out of patience, and asking Redis itself: a releasing thread must not
+    /// also acquire in its name (that would take a second hold), only hand it the turn.
+    Probing,
+    /// Taken off the queue; the releasing thread is releasing (and maybe acquiring in this
+    /// thread's name).
+    InFlight,
+    /// Handed the turn: see [`Entry`].
+    Granted(Entry),
+}
+
+/// How a thread comes to have the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// It may contend in Redis, but not before `hold_back_until` (a yield to remote waiters).
+    Turn { hold_back_until: Option<Instant> },
+    /// The lock was acquired in its name: by the releasing thread's handoff (`sent` says when
+    /// that request went out, and its lease counts from then) or by its own probe after its
+    /// patience ran out (`sent: None`). It holds the lock and the turn.
+    Acquired { sent: Option<BootInstant> },
+}
+
+/// What [`Line::join`] decided.
+pub(crate) enum Join {
+    /// The caller has the turn.
+    Entered(Entry),
+    /// Another local thread has it: wait with [`Line::wait`].
+    Queued(Ticket),
+}
+
+/// A queued thread's place in line.
+pub(crate) struct Ticket {
+    keys: Arc<LockKeys>,
+    queued: Arc<Queued>,
+    /// When trust in the turn holder runs out and the first in line asks Redis itself.
+    trusted_until: Instant,
+}
+
+/// What [`Line::wait`] decided.
+pub(crate) enum Wait {
+    /// The caller has the turn.
+    Entered(Entry),
+    /// First in line and out of patience: make one attempt and report it with
+    /// [`Line::probed`].
+    Probe,
+    /// The deadline passed; the caller left the line.
+    TimedOut,
+}
+
+/// What a probe found.
+pub(crate) enum Probed {
+    Acquired,
+    /// Held, for this much more.
+    Held(Duration),
+    /// The attempt failed; the caller leaves the line and reports the error.
+    Failed,
+}
+
+/// The next queued thread, taken off the line by a releasing thread. Dropping it without
+/// [`Line::hand_over`] hands it the turn without the lock, so that it is woken even if the
+/// release panics.
+pub(crate) struct Successor {
+    queued: Option<Arc<Queued>>,
+    /// False when it acquires itself: it wants a fencing token (only its own attempt returns
+    /// it), or it is asking Redis right now.
+    may_acquire: bool,
+}
+
+/// What the release did, for [`Line::hand_over`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// The lock was acquired in the successor's name by a request sent then.
+    Lock(BootInstant),
+    /// The lock was left free for remote waiters: yield.
+    Yield,
+    /// Only the turn (the successor attempts at once).
+    Turn,
+}
+
+impl Successor {
+    pub(crate) fn thread(&self) -> u64 {
+        self.queued().thread
+    }
+
+    pub(crate) fn lease_ms(&self) -> u64 {
+        self.queued().lease_ms
+    }
+
+    /// Whether the releasing thread may acquire in its name (see the field).
+    pub(crate) fn may_acquire(&self) -> bool {
+        self.may_acquire
+    }
+
+    fn queued(&self) -> &Queued {
+        self.queued.as_ref().expect("present until handed over")
+    }
+}
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        if let Some(queued) = self.queued.take() {
+            queued.grant(Entry::Turn {
+                hold_back_until: None,
+            });
+        }
+    }
+}
+
+impl Line {
+    pub(crate) fn new(patience: Duration) -> Self {
+        Line {
+            turns: Mutex::new(HashMap::new()),
+            patience,
+            yield_window_us: AtomicU64::new(YIELD_FIRST.as_micros() as u64),
+        }
+    }
+
+    /// Whether `thread` may make a single attempt now, without queueing: no local thread has
+    /// the turn, or the caller has it, or the turn holder's fixed lease is over.
+    pub(crate) fn may_attempt(&self, keys: &Arc<LockKeys>, thread: u64) -> bool {
+        let turns = self.turns.lock();
+        match turns.get(keys) {
+            None => true,
+            Some(turn) => match turn.owner {
+                None => true,
+                Some(owner) => {
+                    owner == thread || turn.lease_end.is_some_and(|end| end <= Instant::now())
+                }
+            },
+        }
+    }
+
+    /// Whether the caller should join the line rather than attempt at once: threads of this
+    /// manager contend for the lock, or a yield is in force.
+    pub(crate) fn is_busy(&self, keys: &Arc<LockKeys>) -> bool {
+        self.turns.lock().contains_key(keys)
+    }
+
+    /// Takes the turn for `thread`, or queues it behind the local thread that has it.
+    pub(crate) fn join(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Join {
+        let mut turns = self.turns.lock();
+        let turn = turns.entry(Arc::clone(keys)).or_insert_with(|| Turn {
+            owner: None,
+            lease_end: None,
+            yield_until: None,
+            queue: VecDeque::new(),
+        });
+        match turn.owner {
+            Some(owner) if owner != thread => {
+                let queued = Arc::new(Queued {
+                    thread,
+                    lease_ms,
+                    fenced,
+                    state: Mutex::new(Handoff::Waiting),
+                    wake: Condvar::new(),
+                });
+                turn.queue.push_back(Arc::clone(&queued));
+                Join::Queued(Ticket {
+                    keys: Arc::clone(keys),
+                    queued,
+                    trusted_until: Instant::now() + self.patience,
+                })
+            }
+            _ => {
+                turn.owner = Some(thread);
+                Join::Entered(Entry::Turn {
+                    hold_back_until: turn.yield_until.take().filter(|t| *t > Instant::now()),
+                })
+            }
+        }
+    }
+
+    /// Waits in line until handed the turn, the `deadline`, or the end of patience.
+    pub(crate) fn wait(&self, ticket: &mut Ticket, deadline: Option<Instant>) -> Wait {
+        loop {
+            // Trust in the turn holder also ends with its fixed lease (it may take the lock,
+            // and so set a lease, while this thread waits).
+            let patience_end = self
+                .lease_end(&ticket.keys)
+                .map_or(ticket.trusted_until, |end| end.min(ticket.trusted_until));
+            let until = deadline.map_or(patience_end, |d| d.min(patience_end));
+            if let Some(entry) = ticket.queued.wait_until(until) {
+                return Wait::Entered(entry);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return match self.leave_queue(ticket) {
+                    Some(entry) => Wait::Entered(entry),
+                    None => Wait::TimedOut,
+                };
+            }
+            if now < patience_end {
+                continue; // spurious wake-up, or a nudge to look at the lease again
+            }
+            if !self.is_first(ticket) {
+                ticket.trusted_until = now + self.patience;
+                continue;
+            }
+            let mut state = ticket.queued.state.lock();
+            if *state == Handoff::Waiting {
+                *state = Handoff::Probing;
+                return Wait::Probe;
+            }
+            // Handed over meanwhile: the next wait_until reports it.
+        }
+    }
+
+    /// Reports a probe that [`wait`](Self::wait) asked for. `Some` when the caller now has the
+    /// turn (and maybe the lock), `None` to keep waiting.
+    pub(crate) fn probed(&self, ticket: &mut Ticket, thread: u64, probed: Probed) -> Option<Entry> {
+        // Whether the turn was handed over (never with an acquire) while probing.
+        let handed = {
+            let mut state = ticket.queued.state.lock();
+            if *state == Handoff::Probing {
+                *state = Handoff::Waiting;
+            }
+            matches!(*state, Handoff::Granted(_))
+        };
+        match probed {
+            Probed::Acquired => {
+                self.take_over(&ticket.keys, thread);
+                Some(Entry::Acquired { sent: None })
+            }
+            Probed::Held(_) if handed => Some(Entry::Turn {
+                hold_back_until: None,
+            }),
+            Probed::Held(ttl) => {
+                // Held after all (by the turn holder or someone else): look again when that
+                // hold's lease says, and no later than one period.
+                self.forget_lease(&ticket.keys);
+                ticket.trusted_until = Instant::now() + ttl.min(self.patience);
+                None
+            }
+            Probed::Failed => {
+                if handed || self.leave_queue(ticket).is_some() {
+                    // It has the turn: pass it on, since this thread is leaving.
+                    self.leave(&ticket.keys, thread);
+                }
+                None
+            }
+        }
+    }
+
+    /// Redis gave `thread` the lock without the turn (a probe, or an attempt past the
+    /// holder's lease): the former holder's hold is gone, so the turn, if the lock is
+    /// contended, is `thread`'s now.
+    pub(crate) fn take_over(&self, keys: &Arc<LockKeys>, thread: u64) {
+        let mut turns = self.turns.lock();
+        if let Some(turn) = turns.get_mut(keys) {
+            turn.queue.retain(|q| q.thread != thread);
+            turn.owner = Some(thread);
+            turn.lease_end = None;
+        }
+    }
+
+    /// `thread` acquired the lock; `lease` is its fixed lease (`None`: renewed), which bounds
+    /// how long queued threads trust it.
+    pub(crate) fn acquired(&self, keys: &Arc<LockKeys>, thread: u64, lease: Option<Duration>) {
+        let mut turns = self.turns.lock();
+        if let Some(turn) = turns.get_mut(keys) {
+            if turn.owner == Some(thread) {
+                turn.lease_end = lease.map(|lease| Instant::now() + lease);
+                if turn.lease_end.is_some() {
+                    // The first in line may be sleeping longer than this lease: let it look.
+                    if let Some(first) = turn.queue.front() {
+                        first.wake.notify_one();
+                    }
+                }
+            }
+        }
+    }
+
+    /// `thread` is about to release its `last` hold: when it has the turn and another local
+    /// thread is queued, that thread is taken off the line to be handed the lock or the turn.
+    pub(crate) fn successor(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        last: bool,
+    ) -> Option<Successor> {
+        if !last {
+            return None;
+        }
+        let mut turns = self.turns.lock();
+        let turn = turns.get_mut(keys)?;
+        if turn.owner != Some(thread) {
+            return None;
+        }
+        let queued = turn.queue.pop_front()?;
+        turn.owner = Some(queued.thread);
+        turn.lease_end = None;
+        let mut state = queued.state.lock();
+        let may_acquire = *state == Handoff::Waiting && !queued.fenced;
+        if *state == Handoff::Waiting {
+            *state = Handoff::InFlight;
+        }
+        drop(state);
+        Some(Successor {
+            queued: Some(queued),
+            may_acquire,
+        })
+    }
+
+    /// Wakes a successor with what the release did for it.
+    pub(crate) fn hand_over(&self, mut successor: Successor, handed: Handed) {
+        let queued = successor.queued.take().expect("handed over once");
+        let entry = match handed {
+            Handed::Lock(sent) => Entry::Acquired { sent: Some(sent) },
+            Handed::Yield => Entry::Turn {
+                hold_back_until: Some(self.yield_deadline()),
+            },
+            Handed::Turn => Entry::Turn {
+                hold_back_until: None,
+            },
+        };
+        queued.grant(entry);
+        drop(successor);
+    }
+
+    /// `thread` released its last hold without a local successor, and others were told: the
+    /// next local thread to take the turn (the releasing one included) holds back.
+    pub(crate) fn yield_to_others(&self, keys: &Arc<LockKeys>, thread: u64) {
+        let until = self.yield_deadline();
+        let mut turns = self.turns.lock();
+        if turns.len() > SWEEP_ABOVE {
+            let now = Instant::now();
+            turns.retain(|_, turn| {
+                turn.owner.is_some()
+                    || !turn.queue.is_empty()
+                    || turn.yield_until.is_some_and(|t| t > now)
+            });
+        }
+        let turn = turns.entry(Arc::clone(keys)).or_insert_with(|| Turn {
+            owner: None,
+            lease_end: None,
+            yield_until: None,
+            queue: VecDeque::new(),
+        });
+        if turn.owner == Some(thread) || turn.owner.is_none() {
+            turn.owner = None;
+            turn.lease_end = None;
+            turn.yield_until = Some(until);
+        }
+    }
+
+    /// A thread that held back found the lock free after all (`true`: the remote side was
+    /// slower than the window, or nobody came), or held by someone else (`false`: it won).
+    pub(crate) fn yield_outcome(&self, found_free: bool) {
+        let window = self.yield_window_us.load(Ordering::Relaxed);
+        let next = if found_free {
+            (window * 2).min(YIELD_MAX.as_micros() as u64)
+        } else {
+            (window - window / 8).max(YIELD_MIN.as_micros() as u64)
+        };
+        self.yield_window_us.store(next, Ordering::Relaxed);
+    }
+
+    fn yield_deadline(&self) -> Instant {
+        Instant::now() + Duration::from_micros(self.yield_window_us.load(Ordering::Relaxed))
+    }
+
+    /// `thread` is done with the lock (released its last hold, or gave up acquiring): if it
+    /// had the turn, the turn passes to the first queued thread, which then contends itself.
+    pub(crate) fn leave(&self, keys: &Arc<LockKeys>, thread: u64) {
+        let mut turns = self.turns.lock();
+        let Some(turn) = turns.get_mut(keys) else {
+            return;
+        };
+        if turn.owner != Some(thread) {
+            return; // not its turn: it held the lock before contention, or was taken over
+        }
+        match turn.queue.pop_front() {
+            Some(next) => {
+                turn.owner = Some(next.thread);
+                turn.lease_end = None;
+                next.grant(Entry::Turn {
+                    hold_back_until: turn.yield_until.take().filter(|t| *t > Instant::now()),
+                });
+            }
+            None if turn.yield_until.is_some_and(|t| t > Instant::now()) => {
+                turn.owner = None;
+                turn.lease_end = None;
+            }
+            None => {
+                turns.remove(keys);
+            }
+        }
+    }
+
+    /// A force unlock through this manager: whoever had the turn lost its hold, so the turn
+    /// passes on at once.
+    pub(crate) fn reset(&self, keys: &Arc<LockKeys>) {
+        let owner = match self.turns.lock().get(keys) {
+            Some(turn) => turn.owner,
+            None => return,
+        };
+        if let Some(owner) = owner {
+            self.leave(keys, owner);
+        }
+    }
+
+    /// How many threads wait in line behind another local thread (for tests and diagnostics).
+    pub(crate) fn queued_count(&self) -> usize {
+        self.turns
+            .lock()
+            .values()
+            .map(|turn| turn.queue.len())
+            .sum()
+    }
+
+    /// When the turn holder's fixed lease runs out, if it holds the lock with one.
+    fn lease_end(&self, keys: &Arc<LockKeys>) -> Option<Instant> {
+        self.turns.lock().get(keys).and_then(|turn| turn.lease_end)
+    }
+
+    /// A probe found the lock still held past the turn holder's lease (it was re-entered or
+    /// is someone else's): the lease no longer bounds the wait.
+    fn forget_lease(&self, keys: &Arc<LockKeys>) {
+        if let Some(turn) = self.turns.lock().get_mut(keys) {
+            turn.lease_end = None;
+        }
+    }
+
+    fn is_first(&self, ticket: &Ticket) -> bool {
+        let turns = self.turns.lock();
+        turns
+            .get(&ticket.keys)
+            .and_then(|turn| turn.queue.front())
+            .is_some_and(|front| Arc::ptr_eq(front, &ticket.queued))
+    }
+
+    /// Gives up waiting: leaves the queue (`None`), unless it was taken off it meanwhile, in
+    /// which case the handoff is waited for (it takes at most one round trip) and reported.
+    fn leave_queue(&self, ticket: &Ticket) -> Option<Entry> {
+        {
+            let mut turns = self.turns.lock();
+            let state = *ticket.queued.state.lock();
+            if matches!(state, Handoff::Waiting | Handoff::Probing) {
+                if let Some(turn) = turns.get_mut(&ticket.keys) {
+                    turn.queue.retain(|q| !Arc::ptr_eq(q, &ticket.queued));
+                }
+                return None;
+            }
+        }
+        // In flight or granted: wait_until returns only once granted.
+        loop {
+            if let Some(entry) = ticket
+                .queued
+                .wait_until(Instant::now() + Duration::from_secs(60))
+            {
+                return Some(entry);
+            }
+        }
+    }
+}
+
+impl Queued {
+    /// Sleeps until handed the turn, `until`, or a nudge to look at the turn again; `None`
+    /// when still waiting.
+    fn wait_until(&self, until: Instant) -> Option<Entry> {
+        let mut state = self.state.lock();
+        loop {
+            match *state {
+                Handoff::Granted(entry) => return Some(entry),
+                // A handoff in flight ends within one round trip: wait for it whatever `until`.
+                Handoff::InFlight => {
+                    self.wake.wait(&mut state);
+                }
+                Handoff::Waiting | Handoff::Probing => {
+                    self.wake.wait_until(&mut state, until);
+                    if matches!(*state, Handoff::Waiting | Handoff::Probing) {
+                        return None; // timed out, or woken to look at the turn again
+                    }
+                }
+            }
+        }
+    }
+
+    fn grant(&self, entry: Entry) {
+        *self.state.lock() = Handoff::Granted(entry);
+        self.wake.notify_one();
+    }
+}

@@ -1,0 +1,126 @@
+//! [`AcquireOptions`] and [`Lease`]: what an acquire asks for, in one value.
+
+use std::time::{Duration, Instant};
+
+use crate::config::{check_wait, to_millis};
+use crate::error::Result;
+
+/// How long a hold lasts unless released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lease {
+    /// The manager's watchdog timeout, renewed every third of it by the watchdog while the
+    /// guard lives (Redisson's `lock()` without a lease).
+    #[default]
+    Watchdog,
+    /// A fixed lease, never renewed: the lock expires this long after it was acquired, even if
+    /// the holder hangs (Redisson's `lock(leaseTime, unit)`). At least 1 ms.
+    Fixed(Duration),
+}
+
+/// What an acquire asks for: how long to wait, which [`Lease`], and whether to take a fencing
+/// token. Taken by [`Lock::acquire`](crate::Lock::acquire) and
+/// [`LockManager::acquire`](crate::LockManager::acquire); the other acquiring methods are
+/// shorthands for common values.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock::{AcquireOptions, Lease, LockManager};
+///
+/// let manager = LockManager::new("redis://127.0.0.1/")?;
+/// // A fenced lock with a fixed lease, waiting at most 2 s.
+/// let options = AcquireOptions::new()
+///     .wait(Duration::from_secs(2))
+///     .lease(Lease::Fixed(Duration::from_secs(30)))
+///     .fenced(true);
+/// if let Some(guard) = manager.acquire("reports:daily", options)? {
+///     let token = guard.fencing_token().expect("fenced");
+///     // ... write with `token` ...
+/// }
+/// # Ok::<(), redis_lock::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use]
+pub struct AcquireOptions {
+    wait: Option<Duration>,
+    lease: Lease,
+    fenced: bool,
+}
+
+impl AcquireOptions {
+    /// Wait without limit, watchdog lease, no fencing token: what [`Lock::lock`](crate::Lock::lock) does.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wait at most `wait` (`Duration::ZERO`: exactly one attempt). Without it, the acquire
+    /// waits as long as it takes.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease (default [`Lease::Watchdog`]).
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Take a fencing token with the lock ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    pub fn fenced(mut self, fenced: bool) -> Self {
+        self.fenced = fenced;
+        self
+    }
+
+    /// The wait limit; `None` waits without limit.
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// The lease asked for.
+    pub fn lease_kind(&self) -> Lease {
+        self.lease
+    }
+
+    /// Whether a fencing token is taken.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Checks the values and fixes the deadline, counted from now.
+    pub(crate) fn request(&self, watchdog_timeout_ms: u64) -> Result<Request> {
+        let (lease_ms, fixed) = match self.lease {
+            Lease::Watchdog => (watchdog_timeout_ms, None),
+            Lease::Fixed(lease) => (to_millis("lease", lease)?, Some(lease)),
+        };
+        if let Some(wait) = self.wait {
+            check_wait(wait)?;
+        }
+        Ok(Request {
+            deadline: self.wait.map(|wait| Instant::now() + wait),
+            one_attempt: self.wait == Some(Duration::ZERO),
+            lease_ms,
+            fixed,
+            fenced: self.fenced,
+        })
+    }
+}
+
+/// Checked [`AcquireOptions`], as the engine runs them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    /// When to give up; `None`: never.
+    pub(crate) deadline: Option<Instant>,
+    /// Exactly one attempt, no queueing.
+    pub(crate) one_attempt: bool,
+    /// The lease to set, in ms.
+    pub(crate) lease_ms: u64,
+    /// The fixed lease; `None` when the watchdog renews.
+    pub(crate) fixed: Option<Duration>,
+    pub(crate) fenced: bool,
+}
+
+impl Request {
+    pub(crate) fn expired(&self) -> bool {
+        self.one_attempt || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
