@@ -1,4 +1,4 @@
-//! Load generator: runs workloads W1–W5 of BENCHMARKS.md against one Redis server and prints one
+//! Load generator: runs workloads W1–W6 of BENCHMARKS.md against one Redis server and prints one
 //! table with each figure, the floor it is measured against (in the same run) and the ratio.
 //!
 //! ```sh
@@ -9,6 +9,8 @@
 //! It uses `REDIS_URL` when a server answers there, else starts a throwaway `redis-server`.
 //! Correctness is checked in every mode (exact counters, no lost lock, every waiter served)
 //! and a violation exits non-zero; timings are reported, never asserted.
+//!
+//! W6 runs this binary again as child processes (`--w6-child`, see [`w6_child`]).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -66,6 +68,7 @@ struct Scale {
     w4_timeout: Duration,
     w4_hold: Duration,
     w5_waiters: usize,
+    w6_duration: Duration,
 }
 
 const FULL: Scale = Scale {
@@ -76,6 +79,7 @@ const FULL: Scale = Scale {
     w4_timeout: Duration::from_secs(3),
     w4_hold: Duration::from_secs(30),
     w5_waiters: 1_000,
+    w6_duration: Duration::from_secs(6),
 };
 
 const QUICK: Scale = Scale {
@@ -86,6 +90,7 @@ const QUICK: Scale = Scale {
     w4_timeout: Duration::from_millis(900),
     w4_hold: Duration::from_secs(2),
     w5_waiters: 100,
+    w6_duration: Duration::from_millis(500),
 };
 
 /// One line of the table.
@@ -123,6 +128,9 @@ impl Row {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(W6_CHILD) {
+        return w6_child();
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let scale = if quick { QUICK } else { FULL };
     let (url, _server) = support::url_from_env_or_start();
@@ -149,6 +157,7 @@ fn main() -> ExitCode {
     for threads in [4, 16] {
         rows.extend(w2_contended(&url, &scale, threads));
     }
+    rows.extend(w6_fairness(&url, &scale));
     rows.extend(w3_handoff(&url, &scale));
     rows.extend(w4_watchdog_scale(&url, &scale));
     rows.extend(w5_waiter_scale(&url, &scale));
@@ -471,6 +480,322 @@ fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row> {
     ]
 }
 
+/// The argument that makes this binary a W6 child process ([`w6_child`]).
+const W6_CHILD: &str = "--w6-child";
+/// How a W6 child learns the server's URL: not an argument, because it may carry a password
+/// and every user can read a process's arguments.
+const W6_URL: &str = "LOADGEN_W6_URL";
+/// W6's parties (managers in this process, or processes) and threads in each.
+const W6_PARTIES: usize = 3;
+const W6_THREADS: usize = 4;
+/// W6's critical section, besides its exclusion checks. A sleep, not a busy loop: on 2 cores,
+/// 12 spinning threads would starve redis-server and the listeners, and W6 would measure the
+/// scheduler instead of the lock.
+const W6_CRITICAL_SECTION: Duration = Duration::from_micros(200);
+
+/// What the threads of one manager did in a W6 run.
+struct Share {
+    critical_sections: u64,
+    /// Commands the manager sent meanwhile (the lock's own: the critical section's checks go
+    /// through their own connections).
+    commands: u64,
+    waits: Vec<Duration>,
+}
+
+/// One W6 thread: lock → critical section → unlock until `stop`. The critical section checks
+/// exclusion in Redis, which threads of every process see: an "inside" key that must be
+/// absent on entry, and a counter incremented non-atomically (GET, then SET after the work),
+/// which an overlap would make lose an update.
+fn w6_worker(manager: &LockManager, url: &str, keys: &str, stop: &AtomicBool) -> Share {
+    let mut conn = support::nodelay_conn(url);
+    let (lock, inside, counter) = (
+        format!("{keys}:lock"),
+        format!("{keys}:inside"),
+        format!("{keys}:counter"),
+    );
+    let mut share = Share {
+        critical_sections: 0,
+        commands: 0,
+        waits: Vec::new(),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let start = Instant::now();
+        let guard = manager.lock(&lock).expect("lock");
+        share.waits.push(start.elapsed());
+        let entered: bool = conn.set_nx(&inside, 1).expect("SET NX");
+        if !entered {
+            violation(format!("W6: two holders of {lock} at once"));
+        }
+        let value: Option<u64> = conn.get(&counter).expect("GET");
+        thread::sleep(W6_CRITICAL_SECTION);
+        let _: () = conn.set(&counter, value.unwrap_or(0) + 1).expect("SET");
+        let _: () = conn.del(&inside).expect("DEL");
+        guard.unlock().expect("unlock");
+        share.critical_sections += 1;
+    }
+    share
+}
+
+/// Runs [`W6_THREADS`] threads per manager on one lock from a common start until
+/// `wait_for_stop` returns; one [`Share`] per manager.
+fn w6_run(
+    managers: &[LockManager],
+    url: &str,
+    keys: &str,
+    wait_for_stop: impl FnOnce(),
+) -> Vec<Share> {
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(managers.len() * W6_THREADS + 1);
+    let before: Vec<u64> = managers.iter().map(|m| m.stats().commands).collect();
+    let per_thread: Vec<Vec<Share>> = thread::scope(|s| {
+        let handles: Vec<Vec<_>> = managers
+            .iter()
+            .map(|manager| {
+                (0..W6_THREADS)
+                    .map(|_| {
+                        let (start, stop) = (&start, &stop);
+                        s.spawn(move || {
+                            start.wait();
+                            w6_worker(manager, url, keys, stop)
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        start.wait();
+        wait_for_stop();
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|threads| {
+                threads
+                    .into_iter()
+                    .map(|t| t.join().expect("W6 thread"))
+                    .collect()
+            })
+            .collect()
+    });
+    per_thread
+        .into_iter()
+        .zip(managers.iter().zip(before))
+        .map(|(threads, (manager, before))| Share {
+            critical_sections: threads.iter().map(|t| t.critical_sections).sum(),
+            commands: manager.stats().commands - before,
+            waits: threads.into_iter().flat_map(|t| t.waits).collect(),
+        })
+        .collect()
+}
+
+/// W6 in a child process: one manager's threads, started and stopped by the parent through
+/// Redis lists so that all processes run over the same interval. Prints its [`Share`].
+fn w6_child() -> ExitCode {
+    let keys = std::env::args().nth(2).expect("W6 key prefix");
+    let url = std::env::var(W6_URL).expect("the parent passes the URL");
+    let manager = LockManager::new(&url).expect("manager");
+    let mut conn = support::nodelay_conn(&url);
+    support::await_listener(&mut conn, &manager);
+    println!("READY");
+    let go: Option<(String, String)> = conn.blpop(format!("{keys}:go"), 30.0).expect("BLPOP");
+    if go.is_none() {
+        eprintln!("W6 child: no start signal");
+        return ExitCode::FAILURE;
+    }
+    let shares = w6_run(std::slice::from_ref(&manager), &url, &keys, || {
+        let _: Option<(String, String)> = conn.blpop(format!("{keys}:stop"), 120.0).expect("BLPOP");
+    });
+    let share = &shares[0];
+    let waits: Vec<String> = share
+        .waits
+        .iter()
+        .map(|w| w.as_micros().to_string())
+        .collect();
+    println!(
+        "W6 RESULT {} {} {}",
+        share.critical_sections,
+        share.commands,
+        waits.join(" ")
+    );
+    if VIOLATIONS.lock().unwrap().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// W6 across processes: [`W6_PARTIES`] copies of this binary in [`W6_CHILD`] mode. `None`
+/// (and a violation) when a child fails.
+fn w6_processes(url: &str, keys: &str, duration: Duration) -> Option<Vec<Share>> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut conn = support::nodelay_conn(url);
+    let exe = std::env::current_exe().expect("own path");
+    let mut children: Vec<_> = (0..W6_PARTIES)
+        .map(|_| {
+            Command::new(&exe)
+                .args([W6_CHILD, keys])
+                .env(W6_URL, url)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a W6 child process")
+        })
+        .collect();
+    // The line after `marker` in a child's output, or None if its output ends first.
+    let read_line_after = |out: &mut BufReader<std::process::ChildStdout>, marker: &str| {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match out.read_line(&mut line) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    if let Some(rest) = line.strip_prefix(marker) {
+                        return Some(rest.trim_end().to_owned());
+                    }
+                }
+            }
+        }
+    };
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().expect("piped stdout")))
+        .collect();
+    let ready = outputs
+        .iter_mut()
+        .all(|out| read_line_after(out, "READY").is_some());
+    if ready {
+        let _: () = conn
+            .rpush(format!("{keys}:go"), vec![1; W6_PARTIES])
+            .expect("RPUSH");
+        thread::sleep(duration);
+        let _: () = conn
+            .rpush(format!("{keys}:stop"), vec![1; W6_PARTIES])
+            .expect("RPUSH");
+    }
+    let mut shares = Vec::new();
+    for (mut child, mut out) in children.into_iter().zip(outputs) {
+        let result = if ready {
+            read_line_after(&mut out, "W6 RESULT ")
+        } else {
+            let _ = child.kill();
+            None
+        };
+        let status = child.wait().expect("W6 child exit status");
+        let parsed = result.and_then(|line| {
+            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+            let critical_sections = fields.next()??;
+            let commands = fields.next()??;
+            let waits: Option<Vec<Duration>> =
+                fields.map(|w| w.map(Duration::from_micros)).collect();
+            Some(Share {
+                critical_sections,
+                commands,
+                waits: waits?,
+            })
+        });
+        match parsed {
+            Some(share) if status.success() => shares.push(share),
+            _ => violation(format!("W6: a child process failed ({status})")),
+        }
+    }
+    (shares.len() == W6_PARTIES).then_some(shares)
+}
+
+/// W6: [`W6_PARTIES`] managers (then processes) × [`W6_THREADS`] threads on one lock; each
+/// party's share of the critical sections, the worst single wait and the requests per
+/// acquisition. The local line of each manager must not keep the others out.
+fn w6_fairness(url: &str, scale: &Scale) -> Vec<Row> {
+    let mut conn = support::nodelay_conn(url);
+    let mut rows = Vec::new();
+    for in_processes in [false, true] {
+        let keys = if in_processes {
+            "loadgen:w6:processes"
+        } else {
+            "loadgen:w6:managers"
+        };
+        let _: () = conn
+            .del(
+                ["lock", "inside", "counter", "go", "stop"]
+                    .map(|k| format!("{keys}:{k}"))
+                    .to_vec(),
+            )
+            .expect("DEL");
+        let shares = if in_processes {
+            match w6_processes(url, keys, scale.w6_duration) {
+                Some(shares) => shares,
+                None => continue,
+            }
+        } else {
+            let managers: Vec<LockManager> = (0..W6_PARTIES)
+                .map(|_| LockManager::new(url).expect("manager"))
+                .collect();
+            for manager in &managers {
+                support::await_listener(&mut conn, manager);
+            }
+            w6_run(&managers, url, keys, || thread::sleep(scale.w6_duration))
+        };
+        let counts: Vec<u64> = shares.iter().map(|s| s.critical_sections).collect();
+        let total: u64 = counts.iter().sum();
+        let counter: Option<u64> = conn.get(format!("{keys}:counter")).expect("GET");
+        if counter.unwrap_or(0) != total {
+            violation(format!(
+                "{keys}:counter is {counter:?} after {total} critical sections"
+            ));
+        }
+        let commands: u64 = shares.iter().map(|s| s.commands).sum();
+        // A party that polls while it waits shows here: few acquisitions, many requests.
+        let worst_party = shares
+            .iter()
+            .map(|s| s.commands as f64 / s.critical_sections.max(1) as f64)
+            .fold(0.0, f64::max);
+        let min_share = counts.iter().min().copied().unwrap_or(0) as f64 / total.max(1) as f64;
+        let mut waits: Vec<Duration> = shares.into_iter().flat_map(|s| s.waits).collect();
+        let worst = waits.iter().copied().max().unwrap_or_default();
+        let label = if in_processes {
+            "W6 fairness, 3 processes x 4 threads"
+        } else {
+            "W6 fairness, 3 managers x 4 threads"
+        };
+        let counts: Vec<String> = counts.iter().map(u64::to_string).collect();
+        rows.push(
+            row(
+                label,
+                "critical sections per party (min share)",
+                format!("{} ({:.1} %)", counts.join(" / "), min_share * 100.0),
+            )
+            .target("≥ 25 % each"),
+        );
+        rows.push(row(label, "worst single wait", human(worst)).target("< 2 s"));
+        if !waits.is_empty() {
+            let waits = percentiles(&mut waits);
+            rows.push(row(
+                label,
+                "acquire wait p50 / p99",
+                format!("{} / {}", human(waits.p50), human(waits.p99)),
+            ));
+        }
+        rows.push(row(
+            label,
+            "lock requests per acquisition (all / worst party)",
+            format!(
+                "{:.2} / {worst_party:.2}",
+                commands as f64 / total.max(1) as f64
+            ),
+        ));
+    }
+    rows
+}
+
+/// A duration in the unit that suits it (W6's waits range from microseconds to seconds).
+fn human(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{:.2} s", d.as_secs_f64())
+    } else if d >= Duration::from_millis(1) {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        micros(d)
+    }
+}
+
 /// W3: a waiter already blocked (its subscription live); time from the holder's unlock
 /// returning to the waiter's lock returning. Holder and waiter use separate managers, so the
 /// wake-up crosses Redis pub/sub as it would between processes.
@@ -509,6 +834,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
     let raw = raw_pubsub_handoff(url, scale.w3_handoffs);
+    let blpop = blpop_handoff(url, scale.w3_handoffs);
     vec![
         row(
             "W3 handoff",
@@ -528,6 +854,26 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         .against(
             micros(raw.p50),
             handoff.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 handoff",
+            "same p50, against python-redis-lock's BLPOP handoff raw",
+            micros(handoff.p50),
+        )
+        .against(
+            micros(blpop.p50),
+            handoff.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 handoff",
+            "BLPOP handoff raw p50, against the pub/sub one raw",
+            micros(blpop.p50),
+        )
+        .against(
+            micros(raw.p50),
+            blpop.p50.as_secs_f64() / raw.p50.as_secs_f64(),
             "",
         ),
         row(
@@ -626,6 +972,108 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Percentiles {
     stop.store(true, Ordering::Relaxed);
     waiter.join().expect("raw waiter");
     listener.join().expect("raw listener");
+    percentiles(&mut samples)
+}
+
+/// The release of python-redis-lock's handoff (ionelmc's library), written here from its
+/// documented algorithm: if the caller still owns the lock, empty the signal list, push one
+/// token onto it (so that exactly one `BLPOP` waiter wakes), let the list expire, and delete
+/// the lock. KEYS: the lock, the signal list; ARGV: the owner's token, the list's expiry in ms.
+const BLPOP_RELEASE: &str = r#"
+if redis.call("get", KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+redis.call("del", KEYS[2])
+redis.call("lpush", KEYS[2], 1)
+redis.call("pexpire", KEYS[2], ARGV[2])
+redis.call("del", KEYS[1])
+return 1
+"#;
+
+/// python-redis-lock's handoff done raw, for comparison with pub/sub: the waiter retries
+/// `SET NX PX` and, while that fails, blocks in `BLPOP lock-signal:<name>` on its own
+/// connection; the release pushes a token there. Measured as in [`raw_pubsub_handoff`]: from
+/// the release returning to the waiter's successful `SET NX` returning. A waiter needs no
+/// listener thread, but each one blocks a connection of its own.
+fn blpop_handoff(url: &str, n: usize) -> Percentiles {
+    use std::sync::mpsc;
+    let key = "loadgen:w3:blpop";
+    let signal = "lock-signal:loadgen:w3:blpop";
+    let mut waiter_conn = support::nodelay_conn(url);
+    let waiter_id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut waiter_conn)
+        .expect("CLIENT ID");
+    let (go_tx, go) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel::<Instant>();
+    let waiter = thread::spawn(move || {
+        let mut conn = waiter_conn;
+        while go.recv().is_ok() {
+            loop {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg("waiter")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query(&mut conn)
+                    .expect("SET NX");
+                if set.is_some() {
+                    break;
+                }
+                // python-redis-lock blocks for the lock's expiry; 5 s is longer than any
+                // handoff here and bounds a lost signal.
+                let _: Option<(String, String)> = conn.blpop(signal, 5.0).expect("BLPOP");
+            }
+            let acquired = Instant::now();
+            let _: () = conn.del(key).expect("DEL");
+            done_tx.send(acquired).unwrap();
+        }
+    });
+
+    let mut conn = support::nodelay_conn(url);
+    let release = redis::Script::new(BLPOP_RELEASE);
+    release.load(&mut conn).expect("SCRIPT LOAD");
+    let mut observer = support::nodelay_conn(url);
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let _: () = conn.del(&[key, signal]).expect("DEL");
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg("holder")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut conn)
+            .expect("SET NX");
+        assert!(set.is_some(), "the BLPOP holder gets the free lock");
+        go_tx.send(()).unwrap();
+        // The waiter is blocked once the server lists its connection as blocked in BLPOP.
+        let blocked = support::eventually(Duration::from_secs(10), || {
+            let line: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .arg("ID")
+                .arg(waiter_id)
+                .query(&mut observer)
+                .expect("CLIENT LIST");
+            line.contains("cmd=blpop") && line.contains("flags=b")
+        });
+        assert!(blocked, "the BLPOP waiter blocked");
+        thread::sleep(Duration::from_millis(2)); // as in the other handoffs: asleep in read
+        let released: i64 = release
+            .key(key)
+            .key(signal)
+            .arg("holder")
+            .arg(1_000)
+            .invoke(&mut conn)
+            .expect("BLPOP release");
+        let released_at = Instant::now();
+        assert_eq!(released, 1, "the BLPOP holder held the lock");
+        let acquired = done.recv().expect("BLPOP waiter");
+        samples.push(acquired.saturating_duration_since(released_at));
+    }
+    drop(go_tx);
+    waiter.join().expect("BLPOP waiter");
     percentiles(&mut samples)
 }
 

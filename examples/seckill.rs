@@ -1,6 +1,8 @@
 //! A flash sale ("seckill"): threads in several processes sell a limited stock under one
 //! distributed lock, with a deliberately non-atomic read-modify-write of the stock. Without
-//! the lock they would oversell; with it the books balance exactly.
+//! the lock they would oversell; with it the books balance exactly. It also prints each
+//! process's share of the items sold: the lock should serve all processes, not only the one
+//! whose threads happen to be in line.
 //!
 //! ```text
 //! cargo run --example seckill
@@ -30,7 +32,8 @@ fn main() -> ExitCode {
         let url = std::env::var("REDIS_URL").expect("the parent passes REDIS_URL");
         let id = std::env::args().nth(2).unwrap_or_default();
         let sold = run_shop(&url);
-        println!("  worker process {id}: sold {sold}");
+        // Read by the parent, which prints every process's share.
+        println!("SOLD {id} {sold}");
         return ExitCode::SUCCESS;
     }
 
@@ -51,18 +54,35 @@ fn main() -> ExitCode {
                 .args(["--worker", &id.to_string()])
                 .env("REDIS_URL", &url)
                 .stdin(Stdio::null())
+                .stdout(Stdio::piped())
                 .spawn()
                 .expect("start a worker process")
         })
         .collect();
     let sold_here = run_shop(&url);
-    println!("  worker process 0 (this one): sold {sold_here}");
-    for mut worker in workers {
-        let status = worker.wait().expect("worker exit status");
-        if !status.success() {
-            eprintln!("a worker process failed: {status}");
-            return ExitCode::FAILURE;
+    let mut sold_by = vec![sold_here];
+    for worker in workers {
+        // A worker's output is one short line, so it cannot fill the pipe while we sell.
+        let output = worker.wait_with_output().expect("worker exit status");
+        let sold = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("SOLD "))
+            .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<i64>().ok());
+        match sold {
+            Some(sold) if output.status.success() => sold_by.push(sold),
+            _ => {
+                eprintln!("a worker process failed: {}", output.status);
+                return ExitCode::FAILURE;
+            }
         }
+    }
+    let total: i64 = sold_by.iter().sum();
+    for (id, sold) in sold_by.iter().enumerate() {
+        let this_one = if id == 0 { " (this one)" } else { "" };
+        println!(
+            "  process {id}{this_one}: sold {sold:>3} ({:.1} % of the items sold)",
+            *sold as f64 / total.max(1) as f64 * 100.0
+        );
     }
 
     let stock: i64 = conn.get(STOCK_KEY).unwrap();
