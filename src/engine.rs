@@ -486,7 +486,13 @@ impl Engine {
             None if last => match outcome {
                 Ok(Release::LeftForOthers) => self.line.yield_to_others(keys, held.thread),
                 // After the reply, so that the next local thread's attempt finds it free.
-                _ => self.line.leave(keys, held.thread),
+                _ => {
+                    self.line.leave(keys, held.thread);
+                    if matches!(outcome, Ok(Release::Released)) {
+                        // Nobody else heard: a local waiter goes first, without the pub/sub hop.
+                        self.subscriber.wake_one(&channel);
+                    }
+                }
             },
             None => {}
         }

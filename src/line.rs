@@ -573,3 +573,119 @@ impl Queued {
         self.wake.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Arc<LockKeys> {
+        Arc::new(LockKeys::new("line:test").unwrap())
+    }
+
+    fn entered(join: Join) -> Entry {
+        match join {
+            Join::Entered(entry) => entry,
+            Join::Queued(_) => panic!("queued"),
+        }
+    }
+
+    fn queued(join: Join) -> Ticket {
+        match join {
+            Join::Queued(ticket) => ticket,
+            Join::Entered(entry) => panic!("entered: {entry:?}"),
+        }
+    }
+
+    const TURN: Entry = Entry::Turn {
+        hold_back_until: None,
+    };
+
+    #[test]
+    fn a_handoff_during_a_probe_hands_the_turn_but_never_acquires_twice() {
+        let line = Line::new(Duration::from_millis(1));
+        let keys = keys();
+        assert_eq!(entered(line.join(&keys, 1, 1_000, false)), TURN);
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        // Thread 2 runs out of patience and probes; thread 1 releases meanwhile.
+        assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+        let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
+        assert!(
+            !successor.may_acquire(),
+            "no acquire in a probing thread's name"
+        );
+        line.hand_over(successor, Handed::Turn);
+        let probed = Probed::Held(Duration::from_millis(10));
+        assert_eq!(line.probed(&mut ticket, 2, probed), Some(TURN));
+        line.leave(&keys, 2);
+        assert_eq!(line.queued_count(), 0);
+        assert!(!line.is_busy(&keys));
+    }
+
+    #[test]
+    fn a_waiting_thread_leaves_the_line_at_its_deadline() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        entered(line.join(&keys, 1, 1_000, false));
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        let deadline = Some(Instant::now() + Duration::from_millis(20));
+        assert!(matches!(line.wait(&mut ticket, deadline), Wait::TimedOut));
+        assert_eq!(line.queued_count(), 0);
+        line.leave(&keys, 1);
+        assert!(!line.is_busy(&keys), "the entry goes with the last thread");
+    }
+
+    #[test]
+    fn a_fenced_successor_acquires_itself() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        entered(line.join(&keys, 1, 1_000, false));
+        let mut ticket = queued(line.join(&keys, 2, 1_000, true));
+        let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
+        assert!(!successor.may_acquire());
+        drop(successor); // a release that panicked: the successor still gets the turn
+        assert!(matches!(line.wait(&mut ticket, None), Wait::Entered(TURN)));
+    }
+
+    #[test]
+    fn after_a_yield_the_next_local_thread_holds_back() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        // Released with remote listeners and nobody queued: even the releasing thread, coming
+        // back at once, waits for the window.
+        entered(line.join(&keys, 1, 1_000, false));
+        line.yield_to_others(&keys, 1);
+        assert!(line.is_busy(&keys), "the yield is recorded");
+        let Entry::Turn {
+            hold_back_until: Some(until),
+        } = entered(line.join(&keys, 1, 1_000, false))
+        else {
+            panic!("no hold-back");
+        };
+        assert!(until > Instant::now());
+        // Handed over with a yield: the successor holds back too.
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
+        line.hand_over(successor, Handed::Yield);
+        assert!(matches!(
+            line.wait(&mut ticket, None),
+            Wait::Entered(Entry::Turn {
+                hold_back_until: Some(_)
+            })
+        ));
+    }
+
+    #[test]
+    fn the_yield_window_adapts_within_its_bounds() {
+        let line = Line::new(Duration::from_secs(60));
+        for _ in 0..20 {
+            line.yield_outcome(true);
+        }
+        let max = YIELD_MAX.as_micros() as u64;
+        assert_eq!(line.yield_window_us.load(Ordering::Relaxed), max);
+        for _ in 0..100 {
+            line.yield_outcome(false);
+        }
+        let min = YIELD_MIN.as_micros() as u64;
+        assert_eq!(line.yield_window_us.load(Ordering::Relaxed), min);
+    }
+}

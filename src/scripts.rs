@@ -34,9 +34,9 @@ return redis.call('pttl', KEYS[1])
 "#;
 
 /// The release, and the handoff to the next local thread. `KEYS[1]` lock key, `KEYS[2]`
-/// unlock channel, `KEYS[3]` this call's latch key, and optionally `KEYS[4]` the latch of
-/// this client's previous release of the lock, whose reply is in hand (so it is deleted now,
-/// rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms for holds that remain,
+/// unlock channel, `KEYS[3]` this call's latch key, and `KEYS[4..]` (optional) latches of
+/// this client's earlier releases of the lock whose replies are in hand (so they are deleted
+/// now, rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms for holds that remain,
 /// `ARGV[3]` owner field, `ARGV[4]` publish command, `ARGV[5]` latch TTL ms, `ARGV[6]` how
 /// many of the channel's subscribers are the releasing client's own (0 or 1), `ARGV[7]` the
 /// next owner field (empty: no handoff), `ARGV[8]` its lease ms.
@@ -48,8 +48,8 @@ return redis.call('pttl', KEYS[1])
 /// reply and changes nothing. A publish the server refuses (an ACL without channel rights)
 /// does not undo the release: the release is reported, and nobody heard it.
 pub const RELEASE: &str = r#"
-if KEYS[4] then
-    redis.call('del', KEYS[4])
+for i = 4, #KEYS do
+    redis.call('del', KEYS[i])
 end
 local done = redis.call('get', KEYS[3])
 if done then

@@ -109,6 +109,8 @@ impl Release {
 /// Above this many locks remembered, the latches of earlier releases are forgotten (they
 /// expire by themselves): the memory stays bounded however many names are used.
 const LATCHES_REMEMBERED: usize = 1024;
+/// At most this many latches of one lock wait for deletion (overlapping releases).
+const LATCHES_PER_LOCK: usize = 8;
 
 pub(crate) struct LockStore {
     pool: Pool,
@@ -117,10 +119,10 @@ pub(crate) struct LockStore {
     publish_command: &'static str,
     latch_ttl_ms: u64,
     response_timeout: Duration,
-    /// The latch of this client's last release of each lock, whose reply is in hand: the
-    /// next release of that lock deletes it (see `RELEASE`), so a busy lock leaves one latch
-    /// behind, not one per unlock.
-    last_latch: Mutex<HashMap<Box<str>, String>>,
+    /// The latches of this client's releases of each lock whose replies are in hand (usually
+    /// one; more when releases overlapped): the next release of that lock deletes them (see
+    /// `RELEASE`), so a busy lock leaves a latch or two behind, not one per unlock.
+    last_latch: Mutex<HashMap<Box<str>, Vec<String>>>,
     /// What this client sent; the listener and the watchdog count here too.
     pub(crate) counters: Arc<Counters>,
 }
@@ -244,17 +246,19 @@ impl LockStore {
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
-        let previous = self.last_latch.lock().remove(&*keys.name);
+        let previous = self
+            .last_latch
+            .lock()
+            .remove(&*keys.name)
+            .unwrap_or_default();
         let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.release.get_hash())
-            .arg(if previous.is_some() { 4 } else { 3 })
+            .arg(3 + previous.len())
             .arg(&*keys.name)
             .arg(keys.channel())
-            .arg(&latch);
-        if let Some(previous) = &previous {
-            call.arg(previous);
-        }
+            .arg(&latch)
+            .arg(&previous);
         call.arg(UNLOCK_MESSAGE)
             .arg(lease_ms)
             .arg(owner)
@@ -279,7 +283,11 @@ impl LockStore {
         if latches.len() >= LATCHES_REMEMBERED {
             latches.clear();
         }
-        latches.insert(keys.name.clone(), latch);
+        let pending = latches.entry(keys.name.clone()).or_default();
+        if pending.len() >= LATCHES_PER_LOCK {
+            pending.remove(0); // it expires by itself
+        }
+        pending.push(latch);
         Ok(Release::from_reply(reply))
     }
 

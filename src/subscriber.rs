@@ -206,6 +206,16 @@ impl Subscriber {
         self.shared.subscribed.lock().contains(channel)
     }
 
+    /// Wakes one local waiter of `channel`, if any: a release that nobody else heard need
+    /// not wait for its own unlock message to come back through the listener (and a release
+    /// whose message the server refused still wakes this manager's waiters).
+    pub(crate) fn wake_one(&self, channel: &str) {
+        let waiters = self.shared.channels.lock().get(channel).cloned();
+        if let Some(waiters) = waiters {
+            waiters.release_one();
+        }
+    }
+
     /// How many channels have local waiters (for tests and diagnostics).
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.channels.lock().len()

@@ -1,0 +1,213 @@
+//! The acquire engine's contracts that no other file covers: the renewal schedule, the latch
+//! keys an unlock leaves behind, a release whose announcement is refused, the general
+//! `acquire(options)`, and a Redisson-style waiter against a busy local line.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::{AcquireOptions, Lease, LockManager, Result};
+use support::RedisServer;
+
+fn latch_keys(conn: &mut redis::Connection) -> usize {
+    let keys: Vec<String> = conn.keys("redisson_unlock_latch:*").expect("KEYS");
+    keys.len()
+}
+
+#[test]
+fn renewals_come_every_third_of_the_watchdog_timeout() -> Result<()> {
+    let server = RedisServer::start();
+    // Period 500 ms: holding 2.25 s needs renewals at 0.5, 1.0, 1.5 and 2.0 s, as Redisson.
+    let manager = support::manager_with_watchdog(&server, Duration::from_millis(1_500));
+    let guard = manager.lock("engine:renewals")?;
+    let before = manager.stats().renewal_sweeps;
+    thread::sleep(Duration::from_millis(2_250));
+    let sweeps = manager.stats().renewal_sweeps - before;
+    assert!(!guard.is_lost());
+    guard.unlock()?;
+    // Renewing every tick (half a period) would give 8 or 9.
+    assert!((3..=5).contains(&sweeps), "{sweeps} renewals in 2.25 s");
+    Ok(())
+}
+
+#[test]
+fn a_contended_loop_leaves_one_latch_per_lock_not_one_per_unlock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (manager, start) = (manager.clone(), Arc::clone(&start));
+            thread::spawn(move || -> Result<()> {
+                start.wait();
+                for _ in 0..100 {
+                    manager.lock("engine:latches")?.unlock()?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("locking thread")?;
+    }
+    let mut conn = server.conn();
+    // Each release deletes the latches of the releases before it whose replies were in: 400
+    // unlocks leave the last one, or the last few when releases overlapped (one thread's
+    // reply still on its way while the next thread released), not 400.
+    let left = latch_keys(&mut conn);
+    assert!((1..=4).contains(&left), "{left} latch keys left");
+    Ok(())
+}
+
+#[test]
+fn an_unlock_whose_announcement_is_refused_still_reports_the_release() -> Result<()> {
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "on", ">secret", "~*", "&*", "+@all"])
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let url = format!("redis://app:secret@127.0.0.1:{}/", server.port());
+    let manager = LockManager::new(&url)?;
+    let holder = manager.lock("engine:acl")?;
+    // Two local waiters: the first waits in Redis for the unlock (woken in-process, since
+    // its message cannot be sent), the second queues behind it and is handed the lock by the
+    // first one's release (the handoff script's publish is refused too).
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (manager, done_tx) = (manager.clone(), done_tx.clone());
+            thread::spawn(move || -> Result<u32> {
+                let guard = manager.lock("engine:acl")?;
+                let count = guard.lock().hold_count()?;
+                guard.unlock()?;
+                done_tx.send(()).expect("main thread");
+                Ok(count)
+            })
+        })
+        .collect();
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.waiting_channel_count() == 1 && manager.queued_thread_count() == 1
+    }));
+    // The rights go after the manager started: its releases can no longer PUBLISH.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "resetchannels"])
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    holder.unlock()?;
+    for _ in 0..2 {
+        done.recv_timeout(Duration::from_secs(10))
+            .expect("each waiter got the lock and released it");
+    }
+    for waiter in waiters {
+        assert_eq!(waiter.join().expect("waiter")?, 1, "one hold, not two");
+    }
+    assert!(!manager.get_lock("engine:acl").is_locked()?);
+    Ok(())
+}
+
+#[test]
+fn acquire_takes_a_fenced_lock_with_a_fixed_lease() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let lease = Duration::from_secs(5);
+    let options = AcquireOptions::new()
+        .wait(Duration::from_secs(1))
+        .lease(Lease::Fixed(lease))
+        .fenced(true);
+    let first = manager.acquire("engine:options", options)?.expect("free");
+    assert_eq!(first.lease(), Some(lease));
+    let token = first.fencing_token().expect("fenced");
+    let ttl = first.lock().remaining_ttl()?.expect("a TTL");
+    assert!(ttl <= lease && ttl > lease / 2, "{ttl:?}");
+    assert_eq!(manager.renewing_count(), 0, "a fixed lease is not renewed");
+    first.unlock()?;
+    let second = manager.acquire("engine:options", options)?.expect("free");
+    assert!(second.fencing_token().expect("fenced") > token);
+    // Bad values are refused before anything is sent, whatever the shorthand.
+    let err = manager
+        .acquire(
+            "engine:options",
+            options.lease(Lease::Fixed(Duration::ZERO)),
+        )
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    Ok(())
+}
+
+/// A Redisson client's `lock()`, in raw commands: attempt; on failure wait for an unlock
+/// message on the lock's channel (or the holder's TTL) and attempt again.
+fn redisson_style_lock(conn: &mut redis::Connection, sub: &mut redis::PubSub<'_>, name: &str) {
+    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    loop {
+        let pttl: Option<i64> = acquire
+            .key(name)
+            .arg(30_000)
+            .arg("0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1")
+            .invoke(conn)
+            .expect("acquire");
+        let Some(pttl) = pttl else { return };
+        let wait = Duration::from_millis(pttl.clamp(1, 1_000) as u64);
+        sub.set_read_timeout(Some(wait)).expect("timeout");
+        let _ = sub.get_message(); // a message or a timeout: attempt again either way
+    }
+}
+
+#[test]
+fn a_redisson_style_waiter_gets_the_lock_from_a_busy_local_line() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "engine:java";
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..4)
+        .map(|_| {
+            let (manager, stop) = (manager.clone(), Arc::clone(&stop));
+            thread::spawn(move || -> Result<u64> {
+                let mut sections = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = manager.lock(name)?;
+                    thread::sleep(Duration::from_micros(200));
+                    guard.unlock()?;
+                    sections += 1;
+                }
+                Ok(sections)
+            })
+        })
+        .collect();
+    let mut conn = server.conn();
+    let mut sub_conn = server.conn();
+    let mut sub = sub_conn.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{engine:java}")
+        .expect("SUBSCRIBE");
+    let release = redis::Script::new(
+        "if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then \
+         redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], '0') end",
+    );
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        redisson_style_lock(&mut conn, &mut sub, name);
+        waits.push(started.elapsed());
+        let _: () = release
+            .key(name)
+            .key("redisson_lock__channel:{engine:java}")
+            .arg("0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1")
+            .invoke(&mut conn)
+            .expect("release");
+        thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sections: u64 = busy
+        .into_iter()
+        .map(|t| t.join().expect("busy thread"))
+        .sum::<Result<u64>>()?;
+    let worst = waits.iter().max().expect("ten waits");
+    println!("Redisson-style waiter: waits {waits:?}; local sections {sections}");
+    assert!(*worst < Duration::from_secs(1), "worst wait {worst:?}");
+    assert!(sections > 10, "the local threads ran too");
+    Ok(())
+}
