@@ -258,6 +258,7 @@ impl Engine {
         request: &Request,
     ) -> Result<Option<Held>> {
         let thread = current_thread_number();
+        let started = Instant::now();
         let mut attempter = Attempter {
             engine: self,
             kind,
@@ -279,13 +280,13 @@ impl Engine {
                 return Ok(None);
             }
             self.line.take_over(keys, thread);
-            return Ok(Some(self.granted(keys, thread, request, &attempter)));
+            return Ok(Some(self.granted(keys, thread, request, &attempter, None)));
         }
         let mut attempted = false;
         if reentrant || !self.line.is_busy(keys) {
             // Uncontended here: one attempt, and no entry in the line unless it fails.
             if attempter.attempt()?.is_acquired() {
-                return Ok(Some(self.granted(keys, thread, request, &attempter)));
+                return Ok(Some(self.granted(keys, thread, request, &attempter, None)));
             }
             attempted = true;
         }
@@ -321,7 +322,10 @@ impl Engine {
                 if let Some(at) = sent {
                     attempter.sent = at; // acquired by the releasing thread's request
                 }
-                return Ok(Some(self.granted(keys, thread, request, &attempter)));
+                let waited = Some(started.elapsed());
+                return Ok(Some(
+                    self.granted(keys, thread, request, &attempter, waited),
+                ));
             }
             Entry::Turn { hold_back_until } => hold_back_until,
         };
@@ -331,7 +335,12 @@ impl Engine {
             self.line.leave(keys, thread);
         }
         match outcome? {
-            true => Ok(Some(self.granted(keys, thread, request, &attempter))),
+            true => {
+                let waited = Some(started.elapsed());
+                Ok(Some(
+                    self.granted(keys, thread, request, &attempter, waited),
+                ))
+            }
             false => Ok(None),
         }
     }
@@ -421,7 +430,9 @@ impl Engine {
         thread: u64,
         request: &Request,
         attempter: &Attempter<'_>,
+        waited: Option<Duration>,
     ) -> Held {
+        self.store.counters.acquired(waited);
         self.line.acquired(keys, thread, request.fixed);
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
@@ -474,6 +485,11 @@ impl Engine {
             own_listener,
             next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease)),
         );
+        match outcome {
+            Ok(Release::HandedOver) => self.store.counters.local_handoff(),
+            Ok(Release::LeftForOthers) => self.store.counters.yielded(),
+            _ => {}
+        }
         match successor {
             Some(successor) => {
                 let handed = match outcome {

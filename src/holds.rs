@@ -332,6 +332,13 @@ impl Holds {
     pub(crate) fn finish_sweep(&self, sweep: Sweep, renewed: Option<Vec<bool>>) {
         let retry_at = Instant::now()
             + (self.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        match &renewed {
+            Some(renewed) => {
+                let holds = renewed.iter().filter(|renewed| **renewed).count();
+                self.counters.renewed(holds as u64);
+            }
+            None => self.counters.renewal_failed(),
+        }
         let mut state = self.state.lock();
         for (i, key) in sweep.batch.into_iter().enumerate() {
             let Some(hold) = state.holds.get_mut(&key) else {

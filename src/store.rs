@@ -454,6 +454,7 @@ impl LockStore {
         conn.discard();
         log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
         let mut conn = self.pool.get_fresh(budget)?;
+        self.counters.reconnect();
         self.counters.sent(commands);
         call(&mut conn).map_err(|err| {
             if is_broken(&err) {

@@ -287,9 +287,16 @@ impl Drop for Subscription {
 /// The listener thread: connect, serve until the connection fails, reconnect with backoff.
 fn listen(shared: &Shared, inbox: &Receiver<Request>) {
     let mut backoff = BACKOFF_FIRST;
+    let mut connected_before = false;
     while !shared.is_shutdown() {
         let mut conn = match shared.store.connect_subscriber() {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                if connected_before {
+                    shared.store.counters.reconnect();
+                }
+                connected_before = true;
+                conn
+            }
             Err(err) => {
                 log::warn!("pub/sub listener cannot connect: {err}; retrying in {backoff:?}");
                 shared.sleep(backoff);
@@ -359,8 +366,14 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
                 let waiters = shared.channels.lock().get(channel).cloned();
                 if let Some(waiters) = waiters {
                     match msg.get_payload_bytes() {
-                        b"0" => waiters.release_one(),
-                        b"1" => waiters.release_all(),
+                        b"0" => {
+                            shared.store.counters.wakeup();
+                            waiters.release_one();
+                        }
+                        b"1" => {
+                            shared.store.counters.wakeup();
+                            waiters.release_all();
+                        }
                         other => log::debug!(
                             "ignoring message {:?} on {channel:?}",
                             String::from_utf8_lossy(other)

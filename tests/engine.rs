@@ -211,3 +211,64 @@ fn a_redisson_style_waiter_gets_the_lock_from_a_busy_local_line() -> Result<()> 
     assert!(sections > 10, "the local threads ran too");
     Ok(())
 }
+
+#[test]
+fn stats_count_acquisitions_waits_handoffs_wakeups_and_renewals() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = support::manager_with_watchdog(&server, Duration::from_millis(600));
+    let other = LockManager::new(&server.url())?;
+    let name = "engine:stats";
+
+    // A remote holder, and a local waiter woken by its unlock message.
+    let remote = other.lock(name)?;
+    let waiter = {
+        let manager = manager.clone();
+        thread::spawn(move || -> Result<()> { manager.lock(name)?.unlock() })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.waiting_channel_count() == 1
+    }));
+    let mut conn = server.conn();
+    let channel = "redisson_lock__channel:{engine:stats}";
+    assert!(support::await_subscribers(&mut conn, channel, 1));
+    remote.unlock()?;
+    waiter.join().expect("waiter")?;
+    let stats = manager.stats();
+    assert_eq!(stats.acquisitions, 1);
+    assert_eq!(stats.waits, 1);
+    assert!(stats.wait_time > Duration::ZERO);
+    assert!(stats.wakeups >= 1, "{stats:?}");
+
+    // Three local threads on one lock: the line hands it over in the release.
+    let start = Arc::new(Barrier::new(3));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (manager, start) = (manager.clone(), Arc::clone(&start));
+            thread::spawn(move || -> Result<()> {
+                start.wait();
+                for _ in 0..20 {
+                    let guard = manager.lock(name)?;
+                    thread::sleep(Duration::from_millis(1));
+                    guard.unlock()?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("locking thread")?;
+    }
+    let stats = manager.stats();
+    assert_eq!(stats.acquisitions, 61);
+    assert!(stats.local_handoffs >= 1, "{stats:?}");
+    assert_eq!(stats.yields, 0, "nobody else waited");
+
+    // Held across two renewal periods (200 ms each): renewed, never failed.
+    let guard = manager.lock(name)?;
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.stats().renewals >= 2
+    }));
+    guard.unlock()?;
+    assert_eq!(manager.stats().renewal_failures, 0);
+    Ok(())
+}
