@@ -42,6 +42,10 @@
 //! | `lock(lease, unit)` | [`LockManager::lock_with_lease`] | until acquired | fixed |
 //! | `tryLock(wait, lease, unit)` | [`LockManager::try_lock_with_lease`] | up to `wait` | fixed |
 //!
+//! Each of them is a shorthand for [`Lock::acquire`] / [`LockManager::acquire`], which take
+//! an [`AcquireOptions`]: a wait limit, a [`Lease`] (watchdog or fixed) and whether to take a
+//! fencing token, in any combination.
+//!
 //! The same methods exist on [`Lock`], a cheap handle on one name
 //! ([`LockManager::get_lock`]), which also has the inspection calls
 //! ([`is_locked`](Lock::is_locked), [`is_held_by_current_thread`](Lock::is_held_by_current_thread),
@@ -55,16 +59,22 @@
 //! wait. Each acquire returns a [`LockGuard`] that releases exactly one hold. Unlike Java, a
 //! guard may be moved to another thread and released there: it remembers its owner.
 //!
-//! # Contention within one process
+//! # Contention and fairness
 //!
 //! Threads of one manager that want the same lock take turns locally: only one of them
 //! contends in Redis, the others wait in line in-process (first come, first served) and send
-//! nothing. When the lock's holder releases it, it acquires for the next thread in line in the
-//! same round trip and wakes it holding the lock. A contended lock thus costs one acquire and
-//! one release per critical section, and waits are fair. Threads of other managers and
-//! processes still compete through Redis as usual, and the line never outlasts its holder: a
-//! holder whose lease ran out or whose hold was lost is overtaken (see `BENCHMARKS.md` for the
-//! figures). [`LockManager::stats`] counts what a manager sends.
+//! nothing. When the lock's holder releases it, the same script call acquires it for the next
+//! thread in line, which is woken holding the lock: a contended lock costs one acquire and one
+//! release per critical section.
+//!
+//! That handoff never shuts other processes out. The release counts who heard its unlock
+//! message; when anyone besides this manager did (a thread of another process, a Redisson
+//! client), the lock is left free for them, and this manager's threads hold back for a short
+//! adaptive window before trying again, so that the woken remote waiter wins. Processes thus
+//! share a busy lock, and a remote waiter sends a few requests per acquisition, not one per
+//! local handoff. The line never outlasts its holder: a holder whose lease ran out or whose
+//! hold was lost is overtaken. `docs/DESIGN.md` has the rules, `BENCHMARKS.md` the figures
+//! (W2 and W6), and [`LockManager::stats`] counts what a manager sends and sees.
 //!
 //! # Leases and the watchdog
 //!
