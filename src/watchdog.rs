@@ -24,6 +24,7 @@ use crate::clock::{lease_deadline, BootInstant};
 use crate::names::LockKeys;
 use crate::owner::owner_field;
 use crate::store::LockStore;
+use crate::threads;
 
 /// What the guards of one thread's hold on one lock can observe about it, without I/O.
 #[derive(Debug, Default)]
@@ -272,11 +273,12 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
         self.shared.state.lock().shutdown = true;
         self.shared.wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        threads::join_stopping(thread, "watchdog");
     }
 }
 
