@@ -138,6 +138,7 @@ mod capi;
 mod clock;
 mod config;
 mod error;
+mod fork;
 mod gate;
 mod guard;
 mod lock;

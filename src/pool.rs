@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{Client, Connection};
 
 use crate::error::{Error, Result};
+use crate::fork::Origin;
 
 pub(crate) struct Pool {
     client: Client,
@@ -22,6 +23,8 @@ pub(crate) struct Pool {
     response_timeout: Duration,
     /// How many replies redis-rs reads while setting up a connection (at least 1).
     setup_replies: u32,
+    /// The process the connections belong to: a child made by fork() gets none of them.
+    origin: Origin,
 }
 
 struct PoolState {
@@ -55,6 +58,7 @@ impl Pool {
                 + 2 * u32::from(!settings.skip_set_lib_name());
         Pool {
             setup_replies: setup_replies.max(1),
+            origin: Origin::current(),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -69,6 +73,7 @@ impl Pool {
 
     /// Opens a connection that is not counted against the pool: for the pub/sub listener.
     pub(crate) fn connect_dedicated(&self) -> Result<Connection> {
+        self.origin.check()?;
         self.connect(self.connect_timeout)
     }
 
@@ -100,6 +105,10 @@ impl Pool {
     /// one connect timeout, and neither goes past `deadline`: the caller's whole operation
     /// (this, a retry, the reply) has to fit before it.
     pub(crate) fn get_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        // The last line of defence after fork(): whatever path gets here, a child must not
+        // send on the parent's sockets (and must not take the pool's lock, which a parent's
+        // thread may have held at the fork).
+        self.origin.check()?;
         let started = Instant::now();
         let wait_until = deadline.min(started + self.response_timeout);
         let mut state = self.state.lock();
@@ -128,6 +137,7 @@ impl Pool {
     /// Opens a fresh connection outside the idle list, by `deadline`, for a retry after a
     /// reused connection turned out dead. It counts against the pool like any other.
     pub(crate) fn get_fresh_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        self.origin.check()?;
         // Drop every idle connection: if one died (server restart), its siblings almost
         // certainly did too, and each would otherwise cost a failed round trip.
         let stale = {

@@ -20,6 +20,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, PubSub, RedisResult};
 
+use crate::fork::Origin;
 use crate::store::LockStore;
 use crate::threads;
 
@@ -140,6 +141,8 @@ impl Shared {
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process whose thread this is (see [`crate::fork`]).
+    origin: Origin,
 }
 
 impl Subscriber {
@@ -167,6 +170,7 @@ impl Subscriber {
         Ok(Subscriber {
             shared,
             thread: Some(thread),
+            origin: Origin::current(),
         })
     }
 
@@ -226,6 +230,13 @@ impl Drop for Subscriber {
         let Some(thread) = self.thread.take() else {
             return;
         };
+        if self.origin.is_forked() {
+            // A child made by fork(): the listener does not exist here (joining it fails), its
+            // locks may have been held at the fork, and a wake-up would be sent on a socket
+            // the parent still uses. Touch nothing.
+            std::mem::forget(thread);
+            return;
+        }
         *self.shared.shutdown.lock() = true;
         self.shared.shutdown_signal.notify_all();
         // Only to spare the read tick: a paused or unreachable Redis must not hold the drop.

@@ -21,6 +21,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::clock::{lease_deadline, BootInstant};
+use crate::fork::Origin;
 use crate::names::LockKeys;
 use crate::owner::owner_field;
 use crate::store::LockStore;
@@ -149,6 +150,8 @@ struct Shared {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process whose thread this is (see [`crate::fork`]).
+    origin: Origin,
 }
 
 impl Watchdog {
@@ -175,6 +178,7 @@ impl Watchdog {
         Ok(Watchdog {
             shared,
             thread: Some(thread),
+            origin: Origin::current(),
         })
     }
 
@@ -276,6 +280,13 @@ impl Drop for Watchdog {
         let Some(thread) = self.thread.take() else {
             return;
         };
+        if self.origin.is_forked() {
+            // A child made by fork(): the thread does not exist here (joining it fails), and
+            // the state lock may have been held by it at the fork, never to be released. Touch
+            // nothing; the parent's copy is untouched either way.
+            std::mem::forget(thread);
+            return;
+        }
         self.shared.state.lock().shutdown = true;
         self.shared.wake.notify_all();
         threads::join_stopping(thread, "watchdog");
