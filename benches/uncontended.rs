@@ -49,7 +49,10 @@ fn uncontended(c: &mut Criterion) {
                 .key("redisson_lock__channel:{bench:raw}")
                 .key(format!("redisson_unlock_latch:{{bench:raw}}:{request}"))
                 // The previous call's latch, deleted by this one, as the lock's releases do.
-                .key(format!("redisson_unlock_latch:{{bench:raw}}:{}", request - 1))
+                .key(format!(
+                    "redisson_unlock_latch:{{bench:raw}}:{}",
+                    request - 1
+                ))
                 .arg("0")
                 .arg(30_000)
                 .arg("00000000-0000-0000-0000-000000000000:1")

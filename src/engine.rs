@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::clock::BootInstant;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::fork::Origin;
 use crate::holds::{HoldStatus, Holds};
 use crate::line::{Entry, Handed, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
@@ -124,6 +125,9 @@ pub(crate) struct Engine {
     store: Arc<LockStore>,
     client_id: String,
     config: Config,
+    /// The process that made the engine: its connections, client id and thread numbers are
+    /// that process's, so a forked child must not use them.
+    origin: Origin,
 }
 
 /// The last attempt's facts: when it was sent (its lease counts from then) and its token.
@@ -178,7 +182,18 @@ impl Engine {
             store,
             client_id,
             config,
+            origin: Origin::current(),
         })
+    }
+
+    /// Refuses to run in a child made by `fork()` (see [`Origin`]).
+    pub(crate) fn check_process(&self) -> Result<()> {
+        self.origin.check()
+    }
+
+    /// Whether this is a child made by `fork()`: a guard dropped there releases nothing.
+    pub(crate) fn is_forked(&self) -> bool {
+        self.origin.is_forked()
     }
 
     pub(crate) fn client_id(&self) -> &str {
@@ -227,6 +242,8 @@ impl Engine {
         keys: &Arc<LockKeys>,
         request: &Request,
     ) -> Result<Option<Held>> {
+        // Before anything else: a forked child must not even take the parent's local locks.
+        self.check_process()?;
         loop {
             match self.acquire_once(kind, keys, request)? {
                 // A reply that came back too late to leave a useful lease is not a lock: the
@@ -457,6 +474,7 @@ impl Engine {
         keys: &Arc<LockKeys>,
         held: &Held,
     ) -> Result<()> {
+        self.check_process()?;
         let owner = owner_field(&self.client_id, held.thread);
         // Count the hold off first: whether it was this thread's last decides the handoff.
         let left = self.holds.unregister(keys, held.thread, held.renewed);

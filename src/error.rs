@@ -67,6 +67,15 @@ pub enum Error {
         /// How long was waited.
         after: Duration,
     },
+    /// The manager was created in another process: this is a child made by `fork()`, which
+    /// inherited the parent's connections, client id and thread numbers but not its
+    /// background threads. Nothing was sent. Create a manager in the child instead.
+    Forked {
+        /// The process that created the manager.
+        created_in: u32,
+        /// The process that tried to use it.
+        used_in: u32,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -166,6 +175,15 @@ impl fmt::Display for Error {
             Error::Timeout { operation, after } => {
                 write!(f, "{operation} timed out after {after:?}")
             }
+            Error::Forked {
+                created_in,
+                used_in,
+            } => write!(
+                f,
+                "this LockManager was created in process {created_in} and cannot be used in \
+                 process {used_in} after fork(): its connections, client id and thread numbers \
+                 belong to the parent; create the manager in the child"
+            ),
         }
     }
 }

@@ -127,7 +127,8 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || self.lock.manager().engine().is_forked() {
+            // In a child made by fork() the hold is the parent's: leave it to the parent.
             return;
         }
         if let Err(err) = self.release() {

@@ -149,6 +149,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod fork;
 mod guard;
 mod holds;
 mod line;
@@ -162,6 +163,7 @@ mod scripts;
 mod stats;
 mod store;
 mod subscriber;
+mod threads;
 mod watchdog;
 
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that

@@ -142,25 +142,29 @@ impl Lock {
 
     /// Whether anyone (any thread, process or client) holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
-        self.engine().store().is_locked(self.keys()?)
+        self.engine()?.store().is_locked(self.keys()?)
     }
 
     /// Whether the calling thread holds the lock through this manager.
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        let owner = self.engine().current_owner();
-        self.engine().store().is_held_by(self.keys()?, &owner)
+        let engine = self.engine()?;
+        engine
+            .store()
+            .is_held_by(self.keys()?, &engine.current_owner())
     }
 
     /// How many holds the calling thread has on the lock (0 when it holds none).
     pub fn hold_count(&self) -> Result<u32> {
-        let owner = self.engine().current_owner();
-        self.engine().store().hold_count(self.keys()?, &owner)
+        let engine = self.engine()?;
+        engine
+            .store()
+            .hold_count(self.keys()?, &engine.current_owner())
     }
 
     /// The lock's remaining lease as Redis sees it; `None` when nobody holds it (or its key
     /// has no expiry, which only a foreign writer can cause).
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.engine().store().remaining_ttl(self.keys()?)
+        self.engine()?.store().remaining_ttl(self.keys()?)
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held.
@@ -170,9 +174,10 @@ impl Lock {
     /// is left alone and reported as [`Error::WrongType`](crate::Error::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        let released = self.engine().store().force_unlock(keys)?;
+        let engine = self.engine()?;
+        let released = engine.store().force_unlock(keys)?;
         // Whichever local thread had the turn lost its hold: the next one may go at once.
-        self.engine().forget_turn(keys);
+        engine.forget_turn(keys);
         Ok(released)
     }
 
@@ -193,7 +198,7 @@ impl Lock {
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
-        let engine = self.engine();
+        let engine = self.engine()?;
         let request = options.request(engine.config().watchdog_timeout_ms)?;
         let held = engine.acquire(&Reentrant, keys, &request)?;
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))
@@ -205,8 +210,11 @@ impl Lock {
             .map(|guard| guard.expect("waits without limit"))
     }
 
-    fn engine(&self) -> &Engine {
-        self.manager.engine()
+    /// The manager's engine, refused in a child made by `fork()`.
+    fn engine(&self) -> Result<&Engine> {
+        let engine = self.manager.engine();
+        engine.check_process()?;
+        Ok(engine)
     }
 }
 

@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{Client, Connection};
 
 use crate::error::{Error, Result};
+use crate::fork::Origin;
 
 pub(crate) struct Pool {
     client: Client,
@@ -20,6 +21,10 @@ pub(crate) struct Pool {
     max_size: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// How many replies redis-rs reads while setting up a connection (at least 1).
+    setup_replies: u32,
+    /// The process the connections belong to: a child made by fork() gets none of them.
+    origin: Origin,
 }
 
 struct PoolState {
@@ -46,7 +51,14 @@ impl Pool {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
+        let settings = client.get_connection_info().redis_settings();
+        let setup_replies =
+            u32::from(settings.password().is_some() || settings.protocol().supports_resp3())
+                + u32::from(settings.db() != 0)
+                + 2 * u32::from(!settings.skip_set_lib_name());
         Pool {
+            setup_replies: setup_replies.max(1),
+            origin: Origin::current(),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -61,22 +73,44 @@ impl Pool {
 
     /// Opens a connection that is not counted against the pool: for the pub/sub listener.
     pub(crate) fn connect_dedicated(&self) -> Result<Connection> {
+        self.origin.check()?;
         self.connect(self.connect_timeout)
     }
 
+    /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).
     fn connect(&self, timeout: Duration) -> Result<Connection> {
+        // redis-rs applies its timeout to the handshake and then to each setup reply in turn
+        // (AUTH or HELLO, SELECT), reading every one even after one timed out: on a paused
+        // server that is one full timeout per reply. Shares of the timeout keep the whole
+        // connect within it.
+        let step = (timeout / self.setup_replies).max(Duration::from_millis(1));
         self.client
-            .get_connection_with_timeout(timeout)
-            .map_err(|source| Error::Connect { source })
+            .get_connection_with_timeout(step)
+            .map_err(|source| {
+                if source.is_timeout() {
+                    // EAGAIN from a socket timeout would read "Resource temporarily
+                    // unavailable": say what did not happen in time instead.
+                    Error::Timeout {
+                        operation: "connecting to Redis",
+                        after: timeout,
+                    }
+                } else {
+                    Error::Connect { source }
+                }
+            })
     }
 
     /// Takes an idle connection, opens a new one if the pool is below its size, or waits for
-    /// one to be returned: waiting and connecting take at most `budget` or the configured
-    /// timeouts, whichever is shorter (the watchdog's renewals must not outlast the leases they
-    /// are meant to save).
-    pub(crate) fn get_within(&self, budget: Duration) -> Result<PooledConnection<'_>> {
-        let wait = budget.min(self.response_timeout);
-        let deadline = Instant::now() + wait;
+    /// one to be returned. Waiting takes at most one response timeout and connecting at most
+    /// one connect timeout, and neither goes past `deadline`: the caller's whole operation
+    /// (this, a retry, the reply) has to fit before it.
+    pub(crate) fn get_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        // The last line of defence after fork(): whatever path gets here, a child must not
+        // send on the parent's sockets (and must not take the pool's lock, which a parent's
+        // thread may have held at the fork).
+        self.origin.check()?;
+        let started = Instant::now();
+        let wait_until = deadline.min(started + self.response_timeout);
         let mut state = self.state.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
@@ -89,30 +123,21 @@ impl Pool {
             if state.open < self.max_size {
                 state.open += 1;
                 drop(state);
-                return match self.open_connection(budget) {
-                    Ok(conn) => Ok(PooledConnection {
-                        pool: self,
-                        conn: Some(conn),
-                        reused: false,
-                    }),
-                    Err(err) => {
-                        self.forget_one();
-                        Err(err)
-                    }
-                };
+                return self.open_counted(deadline);
             }
-            if self.freed.wait_until(&mut state, deadline).timed_out() {
+            if self.freed.wait_until(&mut state, wait_until).timed_out() {
                 return Err(Error::Timeout {
                     operation: "waiting for a pooled connection",
-                    after: wait,
+                    after: wait_until.saturating_duration_since(started),
                 });
             }
         }
     }
 
-    /// Opens a fresh connection outside the idle list, for a retry after a reused connection
-    /// turned out dead. It counts against the pool like any other.
-    pub(crate) fn get_fresh(&self, budget: Duration) -> Result<PooledConnection<'_>> {
+    /// Opens a fresh connection outside the idle list, by `deadline`, for a retry after a
+    /// reused connection turned out dead. It counts against the pool like any other.
+    pub(crate) fn get_fresh_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        self.origin.check()?;
         // Drop every idle connection: if one died (server restart), its siblings almost
         // certainly did too, and each would otherwise cost a failed round trip.
         let stale = {
@@ -124,7 +149,12 @@ impl Pool {
         };
         drop(stale);
         self.freed.notify_all();
-        match self.open_connection(budget) {
+        self.open_counted(deadline)
+    }
+
+    /// Opens the connection already counted in `open`, or uncounts it on failure.
+    fn open_counted(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        match self.open_connection(deadline) {
             Ok(conn) => Ok(PooledConnection {
                 pool: self,
                 conn: Some(conn),
@@ -137,8 +167,17 @@ impl Pool {
         }
     }
 
-    fn open_connection(&self, budget: Duration) -> Result<Connection> {
-        let conn = self.connect(self.connect_timeout.min(budget))?;
+    fn open_connection(&self, deadline: Instant) -> Result<Connection> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            // Nothing was sent: no time is left for even a connect (a retry after a dead
+            // connection that used up the budget).
+            return Err(Error::Timeout {
+                operation: "connecting to Redis",
+                after: Duration::ZERO,
+            });
+        }
+        let conn = self.connect(self.connect_timeout.min(left))?;
         let timeout = Some(self.response_timeout);
         conn.set_read_timeout(timeout)
             .and_then(|()| conn.set_write_timeout(timeout))

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{Client, Connection, ErrorKind, IntoConnectionInfo, RedisError, RedisResult};
@@ -137,7 +137,11 @@ impl LockStore {
         // Every request is a small write followed by a wait for the reply: Nagle's algorithm
         // would only add delay (up to a delayed-ACK period) to each of them.
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let info = info.set_tcp_settings(tcp);
+        // CLIENT SETINFO (which redis-rs sends on connect unless told not to) is informative
+        // only and its replies are ignored, but a paused server makes each of them cost a
+        // full timeout of the connect.
+        let redis = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_tcp_settings(tcp).set_redis_settings(redis);
         let client = match &config.tls_root_certificate {
             #[cfg(feature = "tls")]
             Some(pem) => Client::build_with_tls(
@@ -402,11 +406,8 @@ impl LockStore {
         Ok(())
     }
 
-    /// Runs `op`, one round trip of `commands` commands, on a pooled connection.
-    ///
-    /// A connection that sat idle may have died with a server restart; when such a connection
-    /// fails as dropped, `op` runs once more on a fresh one. Only then: a timeout is never
-    /// retried, since the command may still run on the server.
+    /// Runs `op`, one round trip of `commands` commands, on a pooled connection, within one
+    /// response timeout in all (see [`run_within`](Self::run_within)).
     fn run<T>(
         &self,
         operation: &'static str,
@@ -417,9 +418,16 @@ impl LockStore {
         self.run_within(operation, name, commands, self.response_timeout, op)
     }
 
-    /// [`run`](Self::run) with every wait (for a connection, to connect, for the reply) cut
-    /// to `budget` when that is shorter than the configured timeouts.
-    fn run_within<T>(
+    /// Runs `op`, one round trip of `commands` commands, on a pooled connection, and returns
+    /// within `budget` in all: waiting for a connection, connecting, a retry on a fresh
+    /// connection and every reply share it (a call must return within its wait plus one
+    /// response timeout, and a stalled server must not hold the watchdog past the leases it
+    /// renews). Each step also keeps to its own configured timeout.
+    ///
+    /// A connection that sat idle may have died with a server restart; when such a connection
+    /// fails as dropped, `op` runs once more on a fresh one, in what is left of the budget.
+    /// Only then: a timeout is never retried, since the command may still run on the server.
+    pub(crate) fn run_within<T>(
         &self,
         operation: &'static str,
         name: &str,
@@ -427,21 +435,11 @@ impl LockStore {
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let budget = budget.max(Duration::from_millis(1));
-        let shortened = budget < self.response_timeout;
-        let call = |conn: &mut Connection| {
-            if shortened {
-                conn.set_read_timeout(Some(budget))?;
-            }
-            let result = op(conn);
-            if shortened && !result.as_ref().is_err_and(is_broken) {
-                conn.set_read_timeout(Some(self.response_timeout))?;
-            }
-            result
-        };
-        let mut conn = self.pool.get_within(budget)?;
+        let started = Instant::now();
+        let deadline = started + budget.max(Duration::from_millis(1));
+        let mut conn = self.pool.get_by(deadline)?;
         self.counters.sent(commands);
-        let err = match call(&mut conn) {
+        let err = match self.call(&mut conn, commands, deadline, &op) {
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
@@ -449,37 +447,82 @@ impl LockStore {
             if is_broken(&err) {
                 conn.discard();
             }
-            return Err(self.classify(operation, name, err, budget));
+            return Err(self.classify(operation, name, err, started));
         }
         conn.discard();
+        if Instant::now() >= deadline {
+            // Nothing ran (the connection was dead) and no time is left to try again.
+            return Err(Error::Timeout {
+                operation,
+                after: round_ms(started.elapsed()),
+            });
+        }
         log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
-        let mut conn = self.pool.get_fresh(budget)?;
+        let mut conn = self.pool.get_fresh_by(deadline)?;
         self.counters.reconnect();
         self.counters.sent(commands);
-        call(&mut conn).map_err(|err| {
-            if is_broken(&err) {
-                conn.discard();
-            }
-            self.classify(operation, name, err, budget)
-        })
+        self.call(&mut conn, commands, deadline, &op)
+            .map_err(|err| {
+                if is_broken(&err) {
+                    conn.discard();
+                }
+                self.classify(operation, name, err, started)
+            })
     }
 
+    /// Runs `op` on `conn` with its replies due by `deadline`.
+    fn call<T>(
+        &self,
+        conn: &mut Connection,
+        commands: u64,
+        deadline: Instant,
+        op: &impl Fn(&mut Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        // The socket's timeout applies to each read, and redis-rs reads every reply of a
+        // pipeline even after one timed out: with a paused server, `commands` replies cost
+        // `commands` timeouts. Each reply gets its share of the time left.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let commands = u32::try_from(commands.max(1)).unwrap_or(u32::MAX);
+        let per_reply = (left.min(self.response_timeout) / commands).max(Duration::from_millis(1));
+        // Setting the timeout costs two system calls: only when it is shorter by more than the
+        // few milliseconds that waiting for the connection took.
+        let shortened = per_reply + READ_TIMEOUT_SLACK < self.response_timeout;
+        if shortened {
+            conn.set_read_timeout(Some(per_reply))?;
+        }
+        let result = op(conn);
+        if shortened && !result.as_ref().is_err_and(is_broken) {
+            conn.set_read_timeout(Some(self.response_timeout))?;
+        }
+        result
+    }
+
+    /// The error for a failed command; a timeout says what timed out, after how long.
     fn classify(
         &self,
         operation: &'static str,
         name: &str,
         err: RedisError,
-        budget: Duration,
+        started: Instant,
     ) -> Error {
         if err.is_timeout() {
             Error::Timeout {
                 operation,
-                after: budget.min(self.response_timeout),
+                after: round_ms(started.elapsed()),
             }
         } else {
             Error::from_command(operation, name, err)
         }
     }
+}
+
+/// How much longer than its budget a call may take rather than pay two system calls to
+/// shorten its read timeout: the time it may spend getting a pooled connection.
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(5);
+
+/// `d` to whole milliseconds, for messages.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
 }
 
 /// Runs `query`; when the server has lost the scripts (a restart, `SCRIPT FLUSH`), loads them

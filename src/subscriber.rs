@@ -20,7 +20,9 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, PubSub, RedisResult};
 
+use crate::fork::Origin;
 use crate::store::LockStore;
+use crate::threads;
 
 /// How long the listener blocks in one read before it looks at requests and shutdown without
 /// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
@@ -30,6 +32,9 @@ const PING_AFTER: Duration = Duration::from_secs(5);
 /// Reconnect delays grow from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long a dropped manager tries to wake its listener: the wake-up only saves waiting for
+/// the listener's next tick, so a slow server is not waited for.
+const SHUTDOWN_WAKE_BUDGET: Duration = Duration::from_millis(200);
 
 enum Request {
     Subscribe(String, Arc<Waiters>),
@@ -119,12 +124,29 @@ impl Shared {
             log::debug!("could not wake the pub/sub listener: {err}");
         }
     }
+
+    /// [`wake_listener`](Self::wake_listener), giving up after `budget`.
+    fn wake_listener_within(&self, budget: Duration) {
+        let wake = self
+            .store
+            .run_within("waking the pub/sub listener", "", 1, budget, |conn| {
+                redis::cmd("PUBLISH")
+                    .arg(&self.control_channel)
+                    .arg("wake")
+                    .query::<i64>(conn)
+            });
+        if let Err(err) = wake {
+            log::debug!("could not wake the pub/sub listener: {err}");
+        }
+    }
 }
 
 /// Handle to the listener thread; dropping it stops and joins the thread.
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process whose thread this is (see [`crate::fork`]).
+    origin: Origin,
 }
 
 impl Subscriber {
@@ -153,6 +175,7 @@ impl Subscriber {
         Ok(Subscriber {
             shared,
             thread: Some(thread),
+            origin: Origin::current(),
         })
     }
 
@@ -224,12 +247,21 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if self.origin.is_forked() {
+            // A child made by fork(): the listener does not exist here (joining it fails), its
+            // locks may have been held at the fork, and a wake-up would be sent on a socket
+            // the parent still uses. Touch nothing.
+            std::mem::forget(thread);
+            return;
+        }
         *self.shared.shutdown.lock() = true;
         self.shared.shutdown_signal.notify_all();
-        self.shared.wake_listener();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Only to spare the read tick: a paused or unreachable Redis must not hold the drop.
+        self.shared.wake_listener_within(SHUTDOWN_WAKE_BUDGET);
+        threads::join_stopping(thread, "pub/sub listener");
     }
 }
 
@@ -338,6 +370,9 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
     let mut last_traffic = Instant::now();
     loop {
         if shared.is_shutdown() {
+            // Dropping `pubsub` sends UNSUBSCRIBE and waits for the reply, a whole read tick on
+            // a paused server; the connection is closed right after, which unsubscribes anyway.
+            pubsub.set_read_timeout(Some(Duration::from_millis(1)))?;
             return Ok(());
         }
         while let Ok(request) = inbox.try_recv() {

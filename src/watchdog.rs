@@ -9,14 +9,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::fork::Origin;
 use crate::holds::{Holds, Sweep};
 use crate::owner::owner_field;
 use crate::store::LockStore;
+use crate::threads;
 
 /// Handle to the watchdog thread; dropping it stops and joins the thread.
 pub(crate) struct Watchdog {
     holds: Arc<Holds>,
     thread: Option<JoinHandle<()>>,
+    /// The process whose thread this is (see [`crate::fork`]).
+    origin: Origin,
 }
 
 impl Watchdog {
@@ -40,16 +44,25 @@ impl Watchdog {
         Ok(Watchdog {
             holds,
             thread: Some(thread),
+            origin: Origin::current(),
         })
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.holds.shut_down();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if self.origin.is_forked() {
+            // A child made by fork(): the thread does not exist here (joining it fails), and
+            // the state lock may have been held by it at the fork, never to be released. Touch
+            // nothing; the parent's copy is untouched either way.
+            std::mem::forget(thread);
+            return;
         }
+        self.holds.shut_down();
+        threads::join_stopping(thread, "watchdog");
     }
 }
 

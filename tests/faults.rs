@@ -277,3 +277,118 @@ fn nothing_is_left_behind() -> Result<()> {
     assert!(channels.is_empty(), "still subscribed: {channels:?}");
     Ok(())
 }
+
+/// A manager with one pooled connection, killed by the server, which is then frozen: every
+/// call needs a new connection, and the frozen server accepts it (the kernel completes the
+/// TCP handshake) but never answers its setup. The listener stays connected.
+fn manager_whose_server_freezes_with_a_dead_pool(
+    server: &RedisServer,
+    response_timeout: Duration,
+) -> Result<LockManager> {
+    let manager = LockManager::builder(&server.url())
+        .pool_size(1)
+        .response_timeout(response_timeout)
+        // Longer than the response timeout on purpose: it must not stretch a call.
+        .connect_timeout(Duration::from_secs(5))
+        .build()?;
+    let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
+    kill_normal_clients(&mut conn);
+    server.freeze();
+    Ok(manager)
+}
+
+/// Closes every command connection but the caller's (the pool's), as a server restart would.
+fn kill_normal_clients(conn: &mut redis::Connection) {
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(conn)
+        .unwrap();
+    assert_eq!(support::client_count(conn, "normal"), 0, "pool closed");
+}
+
+/// What a timeout must look like: a timeout, saying what timed out, not the raw EAGAIN.
+fn assert_readable_timeout(err: &redis_lock::Error) {
+    assert!(err.is_timeout(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("timed out"), "{text}");
+    assert!(!text.contains("temporarily unavailable"), "{text}");
+}
+
+/// Invariant: with the server paused, a call that needs a new connection (the pooled one died)
+/// returns within its wait plus one response timeout, however long the connect timeout, and
+/// says it timed out; dropping the manager then does not wait for the server either.
+#[test]
+fn a_paused_server_bounds_calls_that_need_a_new_connection() -> Result<()> {
+    let server = RedisServer::start();
+    let response_timeout = Duration::from_secs(1);
+    let manager = manager_whose_server_freezes_with_a_dead_pool(&server, response_timeout)?;
+    // Slack for a loaded machine; far below a second connect or response timeout.
+    let slack = Duration::from_millis(1500);
+
+    for wait in [Duration::ZERO, Duration::from_millis(100)] {
+        let started = Instant::now();
+        let result = manager.try_lock("fault:paused-new-conn", wait);
+        let took = started.elapsed();
+        eprintln!("try_lock({wait:?}) took {took:?}: {result:?}");
+        match result {
+            Ok(guard) => assert!(guard.is_none(), "no lock while paused"),
+            Err(err) => assert_readable_timeout(&err),
+        }
+        assert!(
+            took < wait + response_timeout + slack,
+            "try_lock({wait:?}) took {took:?}"
+        );
+    }
+
+    let started = Instant::now();
+    drop(manager);
+    let took = started.elapsed();
+    eprintln!("dropping the manager took {took:?}");
+    assert!(took < response_timeout + slack, "drop took {took:?}");
+    server.thaw();
+    Ok(())
+}
+
+/// Invariant: with the server paused, releasing a lock whose pooled connection died returns
+/// within two response timeouts however long the connect timeout (one for the release, one for
+/// its resend after a lost reply, which is what lets an unlock whose reply was lost report
+/// success), and says it timed out.
+#[test]
+fn a_paused_server_bounds_unlock_by_two_response_timeouts() -> Result<()> {
+    let server = RedisServer::start();
+    let response_timeout = Duration::from_secs(1);
+    let manager = LockManager::builder(&server.url())
+        .pool_size(1)
+        .response_timeout(response_timeout)
+        .connect_timeout(Duration::from_secs(5))
+        .build()?;
+    let guard = manager.lock("fault:paused-unlock")?;
+    let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
+    kill_normal_clients(&mut conn);
+    server.freeze();
+
+    let started = Instant::now();
+    let err = guard.unlock().unwrap_err();
+    let took = started.elapsed();
+    eprintln!("unlock took {took:?}: {err}");
+    assert_readable_timeout(&err);
+    assert!(
+        took < response_timeout * 2 + Duration::from_millis(1500),
+        "unlock took {took:?}"
+    );
+
+    let started = Instant::now();
+    drop(manager);
+    let took = started.elapsed();
+    eprintln!("dropping the manager took {took:?}");
+    assert!(
+        took < response_timeout + Duration::from_millis(1500),
+        "drop took {took:?}"
+    );
+    server.thaw();
+    Ok(())
+}

@@ -13,6 +13,11 @@ use crate::manager::LockManager;
 ///
 /// Thread-safe: one manager may be shared by any number of threads, each calling any function
 /// on it at the same time. Lock ownership (and so reentrancy) is per calling thread.
+///
+/// Per process: create the manager after any fork(), in the process that uses it. A child made
+/// by fork() inherits the parent's connections, client id and thread numbers but not its
+/// threads; there every call on an inherited manager or guard fails with
+/// `REDIS_LOCK_INVALID_ARGUMENT` and sends nothing, and `redis_lock_manager_free` is safe.
 pub struct redis_lock_manager {
     pub(super) manager: LockManager,
 }
@@ -120,6 +125,10 @@ fn millis_or(ms: u64, default: Duration) -> Duration {
 /// Guards still alive keep what they need, so they stay valid and may be unlocked or freed
 /// later; the manager's threads stop and its connections close when the last of them is gone.
 /// Do not use `m` afterwards.
+///
+/// In a child made by fork() after `m` was created, this returns normally without stopping
+/// anything or sending anything: the threads and connections are the parent's, and its copy is
+/// left untouched (the child's memory of it is not reclaimed).
 ///
 /// # Safety
 /// `m` is NULL or a manager from `redis_lock_manager_new*` that was not freed yet.
