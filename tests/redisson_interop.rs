@@ -1,6 +1,6 @@
 //! Interoperability with Redisson: the other party here is a stand-in that follows Redisson's
-//! documented wire behaviour (PROTOCOL.md) with plain Redis commands, the way a Java service's
-//! `RLock` would act on the same server.
+//! wire behaviour, as docs/DESIGN.md ("On the wire") describes it, with plain Redis commands,
+//! the way a Java service's `RLock` would act on the same server.
 
 mod support;
 
