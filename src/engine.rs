@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
 use crate::holds::{HoldStatus, Holds};
+use crate::kind::LockKind;
 use crate::line::{Entry, Handed, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
 use crate::options::Request;
@@ -37,74 +38,10 @@ const NO_TTL_POLL: Duration = Duration::from_millis(100);
 /// the pub/sub listener has reconnected).
 const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 
-/// One kind of lock, as the engine needs to know it.
-pub(crate) trait LockKind: Sync {
-    /// One attempt to take a hold for `owner`; reports the holder's TTL when it is held.
-    fn attempt(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        fenced: bool,
-    ) -> Result<Attempt>;
-
-    /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
-    /// release on [`channel`](Self::channel); then, unless anyone besides this manager's own
-    /// listener (`own_listener`) heard it, acquires for `next` (owner field and lease).
-    fn release(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        own_listener: bool,
-        next: Option<(&str, u64)>,
-    ) -> Result<Release>;
-
-    /// Where releases are announced.
-    fn channel(&self, keys: &LockKeys) -> String;
-}
-
-/// Redisson's reentrant lock (`RLock`): a hash of owner fields and hold counts.
-pub(crate) struct Reentrant;
-
-impl LockKind for Reentrant {
-    fn attempt(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        fenced: bool,
-    ) -> Result<Attempt> {
-        if fenced {
-            store.try_acquire_fenced(keys, lease_ms, owner)
-        } else {
-            store.try_acquire(keys, lease_ms, owner)
-        }
-    }
-
-    fn release(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        own_listener: bool,
-        next: Option<(&str, u64)>,
-    ) -> Result<Release> {
-        store.release(keys, lease_ms, owner, own_listener, next)
-    }
-
-    fn channel(&self, keys: &LockKeys) -> String {
-        keys.channel()
-    }
-}
-
 /// One hold, as its guard keeps it.
-#[derive(Debug)]
 pub(crate) struct Held {
+    /// What kind of lock it is a hold on.
+    pub(crate) kind: &'static dyn LockKind,
     /// The owner's thread number.
     pub(crate) thread: u64,
     pub(crate) lease_ms: u64,
@@ -133,7 +70,7 @@ pub(crate) struct Engine {
 /// The last attempt's facts: when it was sent (its lease counts from then) and its token.
 struct Attempter<'a> {
     engine: &'a Engine,
-    kind: &'a dyn LockKind,
+    kind: &'static dyn LockKind,
     keys: &'a LockKeys,
     owner: String,
     request: &'a Request,
@@ -238,7 +175,7 @@ impl Engine {
     /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
     pub(crate) fn acquire(
         &self,
-        kind: &dyn LockKind,
+        kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
     ) -> Result<Option<Held>> {
@@ -255,7 +192,7 @@ impl Engine {
                          releasing it",
                         keys.name
                     );
-                    if let Err(err) = self.release(kind, keys, &held) {
+                    if let Err(err) = self.release(keys, &held) {
                         log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
                     }
                     if request.expired() {
@@ -270,7 +207,7 @@ impl Engine {
     /// One acquire, until the request's deadline.
     fn acquire_once(
         &self,
-        kind: &dyn LockKind,
+        kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
     ) -> Result<Option<Held>> {
@@ -285,8 +222,27 @@ impl Engine {
             sent: BootInstant::now(),
             token: None,
         };
+        if !kind.uses_line() {
+            // Order is Redis' business (a fair queue) or holds are shared (readers): every
+            // thread contends for itself.
+            if attempter.attempt()?.is_acquired() {
+                return Ok(Some(self.granted(keys, thread, request, &attempter, None)));
+            }
+            if request.one_attempt {
+                return Ok(None);
+            }
+            return match self.contend(kind, keys, request, true, None, &mut attempter)? {
+                true => {
+                    let waited = Some(started.elapsed());
+                    Ok(Some(
+                        self.granted(keys, thread, request, &attempter, waited),
+                    ))
+                }
+                false => Ok(None),
+            };
+        }
         // Reentrant: this thread holds the lock already, so no local thread can be ahead.
-        let reentrant = self.holds.count(keys, thread) > 0;
+        let reentrant = self.holds.count(kind, keys, thread) > 0;
         if request.one_attempt {
             // One attempt and no queueing; while a local thread has the turn, the lock is
             // held or about to be, and the answer is no without asking.
@@ -369,7 +325,7 @@ impl Engine {
     /// passed.
     fn contend(
         &self,
-        kind: &dyn LockKind,
+        kind: &'static dyn LockKind,
         keys: &LockKeys,
         request: &Request,
         attempted: bool,
@@ -453,10 +409,11 @@ impl Engine {
         self.line.acquired(keys, thread, request.fixed);
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
-        let status = self
-            .holds
-            .register(keys, thread, renewed, attempter.sent, lease);
+        let status =
+            self.holds
+                .register(attempter.kind, keys, thread, renewed, attempter.sent, lease);
         Held {
+            kind: attempter.kind,
             thread,
             lease_ms: request.lease_ms,
             renewed,
@@ -468,16 +425,12 @@ impl Engine {
     /// Releases one hold. When it is the owner's last and another local thread is queued,
     /// the same script call acquires for that thread, unless remote waiters heard the unlock:
     /// then the lock is left to them and the line yields.
-    pub(crate) fn release(
-        &self,
-        kind: &dyn LockKind,
-        keys: &Arc<LockKeys>,
-        held: &Held,
-    ) -> Result<()> {
+    pub(crate) fn release(&self, keys: &Arc<LockKeys>, held: &Held) -> Result<()> {
         self.check_process()?;
+        let kind = held.kind;
         let owner = owner_field(&self.client_id, held.thread);
         // Count the hold off first: whether it was this thread's last decides the handoff.
-        let left = self.holds.unregister(keys, held.thread, held.renewed);
+        let left = self.holds.unregister(kind, keys, held.thread, held.renewed);
         // Holds that remain keep the lease the watchdog gives them, if it renews them.
         let lease_ms = if held.renewed || left.renewed > 0 {
             self.config.watchdog_timeout_ms
@@ -485,14 +438,17 @@ impl Engine {
             held.lease_ms
         };
         let last = left.total == 0;
-        let successor = self.line.successor(keys, held.thread, last);
+        let uses_line = kind.uses_line();
+        let successor = uses_line
+            .then(|| self.line.successor(keys, held.thread, last))
+            .flatten();
         // Some successors acquire themselves (a fenced one wants its own token).
         let next = successor
             .as_ref()
             .filter(|next| next.may_acquire())
             .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
         let channel = kind.channel(keys);
-        let own_listener = last && self.subscriber.is_listening(&channel);
+        let own_listener = last && uses_line && self.subscriber.is_listening(&channel);
         // Taken before the request goes out: the successor's lease counts from no later.
         let sent = BootInstant::now();
         let outcome = kind.release(
@@ -516,6 +472,11 @@ impl Engine {
                     _ => Handed::Turn,
                 };
                 self.line.hand_over(successor, handed);
+            }
+            None if last && !uses_line => {
+                if matches!(outcome, Ok(Release::Released)) {
+                    self.subscriber.wake_one(&channel);
+                }
             }
             None if last => match outcome {
                 Ok(Release::LeftForOthers) => self.line.yield_to_others(keys, held.thread),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Held, Reentrant};
+use crate::engine::Held;
 use crate::error::Result;
 use crate::lock::Lock;
 use crate::names::LockKeys;
@@ -121,7 +121,7 @@ impl LockGuard {
 
     fn release(&self) -> Result<()> {
         let engine = self.lock.manager().engine();
-        engine.release(&Reentrant, self.keys(), &self.held)
+        engine.release(self.keys(), &self.held)
     }
 }
 

@@ -21,6 +21,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{lease_deadline, BootInstant};
+use crate::kind::LockKind;
 use crate::names::LockKeys;
 use crate::stats::Counters;
 
@@ -95,13 +96,16 @@ pub(crate) struct HoldsLeft {
 /// One thread's holds on one lock: the unit the watchdog renews.
 #[derive(Clone)]
 pub(crate) struct HoldKey {
+    pub(crate) kind: &'static dyn LockKind,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) thread: u64,
 }
 
 impl PartialEq for HoldKey {
     fn eq(&self, other: &Self) -> bool {
-        self.thread == other.thread && self.keys.name == other.keys.name
+        self.thread == other.thread
+            && self.keys.name == other.keys.name
+            && self.kind.name() == other.kind.name()
     }
 }
 
@@ -111,6 +115,7 @@ impl Hash for HoldKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.keys.name.hash(state);
         self.thread.hash(state);
+        self.kind.name().hash(state);
     }
 }
 
@@ -172,6 +177,7 @@ impl Holds {
     /// request sent at `sent`; `renewed` ones are renewed from now on.
     pub(crate) fn register(
         &self,
+        kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         thread: u64,
         renewed: bool,
@@ -179,6 +185,7 @@ impl Holds {
         lease: Duration,
     ) -> Arc<HoldStatus> {
         let key = HoldKey {
+            kind,
             keys: Arc::clone(keys),
             thread,
         };
@@ -217,8 +224,15 @@ impl Holds {
 
     /// One hold fewer of `thread` on `keys`; the last renewed one stops the renewal. Returns
     /// what the thread has left on the lock.
-    pub(crate) fn unregister(&self, keys: &Arc<LockKeys>, thread: u64, renewed: bool) -> HoldsLeft {
+    pub(crate) fn unregister(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        renewed: bool,
+    ) -> HoldsLeft {
         let key = HoldKey {
+            kind,
             keys: Arc::clone(keys),
             thread,
         };
@@ -245,8 +259,14 @@ impl Holds {
     }
 
     /// How many holds `thread` has on `keys` through this manager.
-    pub(crate) fn count(&self, keys: &Arc<LockKeys>, thread: u64) -> u32 {
+    pub(crate) fn count(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+    ) -> u32 {
         let key = HoldKey {
+            kind,
             keys: Arc::clone(keys),
             thread,
         };

@@ -152,6 +152,7 @@ mod error;
 mod fork;
 mod guard;
 mod holds;
+mod kind;
 mod line;
 mod lock;
 mod manager;

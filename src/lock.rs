@@ -4,9 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Engine, Reentrant};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::kind::REENTRANT;
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::{AcquireOptions, Lease};
@@ -200,7 +201,7 @@ impl Lock {
         let keys = self.keys()?;
         let engine = self.engine()?;
         let request = options.request(engine.config().watchdog_timeout_ms)?;
-        let held = engine.acquire(&Reentrant, keys, &request)?;
+        let held = engine.acquire(&REENTRANT, keys, &request)?;
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))
     }
 

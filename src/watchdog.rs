@@ -81,17 +81,39 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
         .collect();
     store.counters.renewal_sweep();
     let batch = sweep.batch.len();
-    match catch_unwind(AssertUnwindSafe(|| {
-        store.renew(&pairs, timeout_ms, sweep.budget)
-    })) {
-        Ok(Ok(renewed)) if renewed.len() == batch => Some(renewed),
-        Ok(Ok(renewed)) => {
-            log::warn!(
-                "lock renewal: {} replies for {batch} locks; retrying",
-                renewed.len()
-            );
-            None
+    // One round trip per kind of lock among the holds due (usually one kind).
+    let renew_all = || -> crate::error::Result<Vec<bool>> {
+        let mut renewed = vec![false; batch];
+        let mut done = vec![false; batch];
+        for first in 0..batch {
+            if done[first] {
+                continue;
+            }
+            let kind = sweep.batch[first].kind;
+            let of_kind: Vec<usize> = (first..batch)
+                .filter(|&i| !done[i] && sweep.batch[i].kind.name() == kind.name())
+                .collect();
+            let kind_pairs: Vec<(&str, &str)> = of_kind.iter().map(|&i| pairs[i]).collect();
+            let replies = kind.renew(store, &kind_pairs, timeout_ms, sweep.budget)?;
+            if replies.len() != of_kind.len() {
+                // A reply that does not match the request must not mark holds lost.
+                log::warn!(
+                    "lock renewal: {} replies for {} locks; retrying",
+                    replies.len(),
+                    of_kind.len()
+                );
+                return Ok(Vec::new());
+            }
+            for (&i, reply) in of_kind.iter().zip(replies) {
+                renewed[i] = reply;
+                done[i] = true;
+            }
         }
+        Ok(renewed)
+    };
+    match catch_unwind(AssertUnwindSafe(renew_all)) {
+        Ok(Ok(renewed)) if renewed.len() == batch => Some(renewed),
+        Ok(Ok(_)) => None, // replies that did not match: logged above
         Ok(Err(err)) => {
             log::warn!("lock renewal of {batch} locks failed: {err}; retrying");
             None

@@ -1,0 +1,110 @@
+//! Lock kinds: what the acquire engine ([`crate::engine`]) needs to know about one kind of
+//! lock (its scripts, keys and channel), and the reentrant lock, Redisson's `RLock`.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::names::LockKeys;
+use crate::store::{Attempt, LockStore, Release};
+
+/// One kind of lock, as the engine needs to know it.
+pub(crate) trait LockKind: Sync {
+    /// A short name, for logs and for telling kinds apart in the hold registry.
+    fn name(&self) -> &'static str;
+
+    /// Whether threads of one manager take turns for it in the local line and hand it over in
+    /// the release ([`crate::line`]). Kinds with their own order in Redis (a fair lock's
+    /// queue) or with shared holds (read locks) do not.
+    fn uses_line(&self) -> bool {
+        true
+    }
+
+    /// One attempt to take a hold for `owner`; reports the holder's TTL when it is held.
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Result<Attempt>;
+
+    /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
+    /// release on [`channel`](Self::channel); then, unless anyone besides this manager's own
+    /// listener (`own_listener`) heard it, acquires for `next` (owner field and lease).
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        own_listener: bool,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release>;
+
+    /// Where releases are announced.
+    fn channel(&self, keys: &LockKeys) -> String;
+
+    /// Renews each `(lock name, owner field)` of `batch` to `timeout_ms` in one round trip
+    /// that takes at most `budget`; per entry, whether the hold was still there.
+    fn renew(
+        &self,
+        store: &LockStore,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<bool>>;
+}
+
+/// The reentrant lock's kind, shared by every `Lock`.
+pub(crate) static REENTRANT: Reentrant = Reentrant;
+
+/// Redisson's reentrant lock (`RLock`): a hash of owner fields and hold counts.
+pub(crate) struct Reentrant;
+
+impl LockKind for Reentrant {
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        fenced: bool,
+    ) -> Result<Attempt> {
+        if fenced {
+            store.try_acquire_fenced(keys, lease_ms, owner)
+        } else {
+            store.try_acquire(keys, lease_ms, owner)
+        }
+    }
+
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        own_listener: bool,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        store.release(keys, lease_ms, owner, own_listener, next)
+    }
+
+    fn channel(&self, keys: &LockKeys) -> String {
+        keys.channel()
+    }
+
+    fn renew(
+        &self,
+        store: &LockStore,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<bool>> {
+        store.renew(batch, timeout_ms, budget)
+    }
+}
