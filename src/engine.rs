@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
 use crate::holds::{HoldStatus, Holds};
-use crate::kind::LockKind;
+use crate::kind::{AttemptArgs, LockKind};
 use crate::line::{Entry, Handed, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
 use crate::options::Request;
@@ -81,13 +81,13 @@ struct Attempter<'a> {
 impl Attempter<'_> {
     fn attempt(&mut self) -> Result<Attempt> {
         self.sent = BootInstant::now();
-        let outcome = self.kind.attempt(
-            &self.engine.store,
-            self.keys,
-            &self.owner,
-            self.request.lease_ms,
-            self.request.fenced,
-        )?;
+        let args = AttemptArgs {
+            owner: &self.owner,
+            lease_ms: self.request.lease_ms,
+            fenced: self.request.fenced,
+            wait_ms: self.request.wait_ms,
+        };
+        let outcome = self.kind.attempt(&self.engine.store, self.keys, &args)?;
         if let Attempt::Acquired { token } = outcome {
             self.token = token;
         }
@@ -121,6 +121,17 @@ impl Engine {
             config,
             origin: Origin::current(),
         })
+    }
+
+    /// Registers the calling thread as a waiter on `channel`, for kinds that wait without a
+    /// hold (a semaphore's permits, a latch's count); see [`Subscriber::subscribe`].
+    #[allow(dead_code)] // TODO(lock kinds): the semaphore and the latch wait through it
+    pub(crate) fn subscribe(
+        &self,
+        channel: &str,
+        deadline: Option<Instant>,
+    ) -> crate::subscriber::Subscription {
+        self.subscriber.subscribe(channel, deadline)
     }
 
     /// Refuses to run in a child made by `fork()` (see [`Origin`]).
@@ -231,7 +242,11 @@ impl Engine {
             if request.one_attempt {
                 return Ok(None);
             }
-            return match self.contend(kind, keys, request, true, None, &mut attempter)? {
+            let outcome = self.contend(kind, keys, request, true, None, &mut attempter);
+            if !matches!(outcome, Ok(true)) {
+                self.abandon(kind, keys, &attempter.owner);
+            }
+            return match outcome? {
                 true => {
                     let waited = Some(started.elapsed());
                     Ok(Some(
@@ -339,7 +354,8 @@ impl Engine {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(false);
         }
-        let subscription = self.subscriber.subscribe(&kind.channel(keys), deadline);
+        let channel = kind.channel(keys, &attempter.owner);
+        let subscription = self.subscriber.subscribe(&channel, deadline);
         let mut yielding = false;
         if let Some(until) = hold_back {
             // Others were told the lock is free: give them the first go. An unlock message
@@ -397,6 +413,14 @@ impl Engine {
         }
     }
 
+    /// Tells the kind that `owner` stopped waiting (a failure is only logged: the kind's own
+    /// timeouts clean up after a waiter that is gone).
+    fn abandon(&self, kind: &dyn LockKind, keys: &LockKeys, owner: &str) {
+        if let Err(err) = kind.abandon(&self.store, keys, owner) {
+            log::warn!("lock {:?}: leaving the wait failed: {err}", keys.name);
+        }
+    }
+
     fn granted(
         &self,
         keys: &Arc<LockKeys>,
@@ -447,7 +471,7 @@ impl Engine {
             .as_ref()
             .filter(|next| next.may_acquire())
             .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
-        let channel = kind.channel(keys);
+        let channel = kind.channel(keys, &owner);
         let own_listener = last && uses_line && self.subscriber.is_listening(&channel);
         // Taken before the request goes out: the successor's lease counts from no later.
         let sent = BootInstant::now();

@@ -19,15 +19,21 @@ pub(crate) trait LockKind: Sync {
         true
     }
 
-    /// One attempt to take a hold for `owner`; reports the holder's TTL when it is held.
+    /// One attempt to take a hold as `args` say; reports the holder's TTL when it is held
+    /// (for a queue: how long until this owner's turn may come).
     fn attempt(
         &self,
         store: &LockStore,
         keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        fenced: bool,
+        args: &AttemptArgs<'_>,
     ) -> Result<Attempt>;
+
+    /// The caller stopped waiting without the lock (its wait passed, or an error): kinds that
+    /// keep waiters in Redis (a fair lock's queue) take `owner` out there.
+    fn abandon(&self, store: &LockStore, keys: &LockKeys, owner: &str) -> Result<()> {
+        let _ = (store, keys, owner);
+        Ok(())
+    }
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
     /// release on [`channel`](Self::channel); then, unless anyone besides this manager's own
@@ -42,8 +48,9 @@ pub(crate) trait LockKind: Sync {
         next: Option<(&str, u64)>,
     ) -> Result<Release>;
 
-    /// Where releases are announced.
-    fn channel(&self, keys: &LockKeys) -> String;
+    /// Where `owner`, waiting, hears that it may try again (for most kinds one channel per
+    /// lock; Redisson's fair lock has one per waiter).
+    fn channel(&self, keys: &LockKeys, owner: &str) -> String;
 
     /// Renews each `(lock name, owner field)` of `batch` to `timeout_ms` in one round trip
     /// that takes at most `budget`; per entry, whether the hold was still there.
@@ -54,6 +61,20 @@ pub(crate) trait LockKind: Sync {
         timeout_ms: u64,
         budget: Duration,
     ) -> Result<Vec<bool>>;
+}
+
+/// What one attempt asks for.
+pub(crate) struct AttemptArgs<'a> {
+    /// The owner field: `<client id>:<thread number>`.
+    pub(crate) owner: &'a str,
+    /// The lease to set, in ms.
+    pub(crate) lease_ms: u64,
+    /// Take a fencing token too.
+    pub(crate) fenced: bool,
+    /// How long the caller waits at most, in ms (`None`: without limit); a fair lock's queue
+    /// keeps a waiter this long.
+    #[allow(dead_code)] // TODO(fair lock): its queue timeout reads it
+    pub(crate) wait_ms: Option<u64>,
 }
 
 /// The reentrant lock's kind, shared by every `Lock`.
@@ -71,14 +92,12 @@ impl LockKind for Reentrant {
         &self,
         store: &LockStore,
         keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        fenced: bool,
+        args: &AttemptArgs<'_>,
     ) -> Result<Attempt> {
-        if fenced {
-            store.try_acquire_fenced(keys, lease_ms, owner)
+        if args.fenced {
+            store.try_acquire_fenced(keys, args.lease_ms, args.owner)
         } else {
-            store.try_acquire(keys, lease_ms, owner)
+            store.try_acquire(keys, args.lease_ms, args.owner)
         }
     }
 
@@ -94,7 +113,7 @@ impl LockKind for Reentrant {
         store.release(keys, lease_ms, owner, own_listener, next)
     }
 
-    fn channel(&self, keys: &LockKeys) -> String {
+    fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
         keys.channel()
     }
 

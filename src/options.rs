@@ -97,6 +97,7 @@ impl AcquireOptions {
         }
         Ok(Request {
             deadline: self.wait.map(|wait| Instant::now() + wait),
+            wait_ms: self.wait.map(|wait| wait.as_millis() as u64),
             one_attempt: self.wait == Some(Duration::ZERO),
             lease_ms,
             fixed,
@@ -110,6 +111,8 @@ impl AcquireOptions {
 pub(crate) struct Request {
     /// When to give up; `None`: never.
     pub(crate) deadline: Option<Instant>,
+    /// The wait limit in ms; `None`: without limit.
+    pub(crate) wait_ms: Option<u64>,
     /// Exactly one attempt, no queueing.
     pub(crate) one_attempt: bool,
     /// The lease to set, in ms.

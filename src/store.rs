@@ -295,6 +295,18 @@ impl LockStore {
         Ok(Release::from_reply(reply))
     }
 
+    /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
+    /// on a pooled connection: for lock kinds whose scripts live with them.
+    #[allow(dead_code)] // TODO(lock kinds): the fair, read-write, semaphore and latch scripts
+    pub(crate) fn invoke<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        name: &str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        self.run(operation, name, 1, |conn| invocation.invoke(conn))
+    }
+
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script
     /// call and all calls in one pipeline (one round trip). Returns, per entry, whether the
     /// hold was still there.
