@@ -428,10 +428,24 @@ impl Line {
             yield_until: None,
             queue: VecDeque::new(),
         });
-        if turn.owner == Some(thread) || turn.owner.is_none() {
-            turn.owner = None;
-            turn.lease_end = None;
-            turn.yield_until = Some(until);
+        match turn.owner {
+            // A thread queued after the release took no successor: it goes next, held back.
+            Some(owner) if owner == thread => match turn.queue.pop_front() {
+                Some(next) => {
+                    turn.owner = Some(next.thread);
+                    turn.lease_end = None;
+                    next.grant(Entry::Turn {
+                        hold_back_until: Some(until),
+                    });
+                }
+                None => {
+                    turn.owner = None;
+                    turn.lease_end = None;
+                    turn.yield_until = Some(until);
+                }
+            },
+            None => turn.yield_until = Some(until),
+            Some(_) => {} // another local thread has the turn (taken over meanwhile)
         }
     }
 
@@ -668,6 +682,24 @@ mod tests {
         line.hand_over(successor, Handed::Yield);
         assert!(matches!(
             line.wait(&mut ticket, None),
+            Wait::Entered(Entry::Turn {
+                hold_back_until: Some(_)
+            })
+        ));
+    }
+
+    #[test]
+    fn a_thread_that_queued_during_a_yielding_release_is_handed_the_turn() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        entered(line.join(&keys, 1, 1_000, false));
+        // Thread 1 releases with nobody queued, so no successor; thread 2 queues before the
+        // release's reply says others heard it.
+        assert!(line.successor(&keys, 1, true).is_none());
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        line.yield_to_others(&keys, 1);
+        assert!(matches!(
+            line.wait(&mut ticket, Some(Instant::now() + Duration::from_secs(5))),
             Wait::Entered(Entry::Turn {
                 hold_back_until: Some(_)
             })
