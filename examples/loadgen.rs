@@ -251,6 +251,8 @@ struct RawLock {
     channel: String,
     owner: String,
     request: u64,
+    /// Unique to this RawLock: a later one on the same key must not meet this one's latches.
+    latch_prefix: String,
 }
 
 impl RawLock {
@@ -268,6 +270,10 @@ impl RawLock {
             channel: format!("redisson_lock__channel:{{{key}}}"),
             owner: "00000000-0000-0000-0000-000000000000:1".to_owned(),
             request: 0,
+            latch_prefix: format!(
+                "redisson_unlock_latch:{{{key}}}:{}",
+                uuid::Uuid::new_v4().simple()
+            ),
         }
     }
 
@@ -284,18 +290,14 @@ impl RawLock {
 
     fn release(&mut self) {
         self.request += 1;
-        let latch = format!("redisson_unlock_latch:{{{}}}:{}", self.key, self.request);
+        let latch = format!("{}-{}", self.latch_prefix, self.request);
         let released: Option<i64> = self
             .release
             .key(&self.key)
             .key(&self.channel)
             .key(latch)
             // The previous call's latch, deleted by this one, as the lock's releases do.
-            .key(format!(
-                "redisson_unlock_latch:{{{}}}:{}",
-                self.key,
-                self.request - 1
-            ))
+            .key(format!("{}-{}", self.latch_prefix, self.request - 1))
             .arg("0")
             .arg(30_000)
             .arg(&self.owner)
@@ -812,6 +814,9 @@ fn human(d: Duration) -> String {
 /// W3: a waiter already blocked (its subscription live); time from the holder's unlock
 /// returning to the waiter's lock returning. Holder and waiter use separate managers, so the
 /// wake-up crosses Redis pub/sub as it would between processes.
+/// W3 alternates between its handoffs this many times.
+const W3_ROUNDS: usize = 10;
+
 fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let holder = LockManager::new(url).expect("holder manager");
     let waiter = LockManager::new(url).expect("waiter manager");
@@ -819,9 +824,18 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let name = "loadgen:w3";
     let channel = "redisson_lock__channel:{loadgen:w3}";
     let mut samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut raw_samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut blpop_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut pings = Vec::with_capacity(scale.w3_handoffs * 3);
     let mut cold_pings = Vec::with_capacity(scale.w3_handoffs);
-    for _ in 0..scale.w3_handoffs {
+    // Ten rounds of each handoff in turn, so that the machine's drift over the run lands on
+    // all three alike rather than in their ratios.
+    let per_round = scale.w3_handoffs.div_ceil(W3_ROUNDS);
+    for i in 0..scale.w3_handoffs {
+        if i % per_round == 0 && i > 0 {
+            raw_samples.extend(raw_pubsub_handoff(url, per_round));
+            blpop_samples.extend(blpop_handoff(url, per_round));
+        }
         // The floor, measured in the same loop so that both see the same machine.
         for _ in 0..3 {
             let start = Instant::now();
@@ -846,11 +860,13 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         samples.push(blocked.acquired_since(released));
         assert!(support::await_subscribers(&mut conn, channel, 0));
     }
+    raw_samples.extend(raw_pubsub_handoff(url, per_round));
+    blpop_samples.extend(blpop_handoff(url, per_round));
     let handoff = percentiles(&mut samples);
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
-    let raw = raw_pubsub_handoff(url, scale.w3_handoffs);
-    let blpop = blpop_handoff(url, scale.w3_handoffs);
+    let raw = percentiles(&mut raw_samples);
+    let blpop = percentiles(&mut blpop_samples);
     vec![
         row(
             "W3 handoff",
@@ -914,7 +930,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
 /// a subscribed connection wakes a waiting thread through a condvar, which sends the acquire
 /// script on its own connection. Measured from the release (raw EVALSHA, which publishes)
 /// returning to the waiter's acquire returning.
-fn raw_pubsub_handoff(url: &str, n: usize) -> Percentiles {
+fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
     use std::sync::{mpsc, Arc, Condvar};
     let key = "loadgen:w3:raw";
     let channel = "redisson_lock__channel:{loadgen:w3:raw}";
@@ -988,7 +1004,7 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Percentiles {
     stop.store(true, Ordering::Relaxed);
     waiter.join().expect("raw waiter");
     listener.join().expect("raw listener");
-    percentiles(&mut samples)
+    samples
 }
 
 /// The release of python-redis-lock's handoff (ionelmc's library), written here from its
@@ -1011,7 +1027,7 @@ return 1
 /// connection; the release pushes a token there. Measured as in [`raw_pubsub_handoff`]: from
 /// the release returning to the waiter's successful `SET NX` returning. A waiter needs no
 /// listener thread, but each one blocks a connection of its own.
-fn blpop_handoff(url: &str, n: usize) -> Percentiles {
+fn blpop_handoff(url: &str, n: usize) -> Vec<Duration> {
     use std::sync::mpsc;
     let key = "loadgen:w3:blpop";
     let signal = "lock-signal:loadgen:w3:blpop";
@@ -1090,7 +1106,7 @@ fn blpop_handoff(url: &str, n: usize) -> Percentiles {
     }
     drop(go_tx);
     waiter.join().expect("BLPOP waiter");
-    percentiles(&mut samples)
+    samples
 }
 
 /// CPU time a thread of this process has used, found by name (Linux).
