@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::fork::Origin;
 use crate::holds::{HoldStatus, Holds};
 use crate::kind::{AttemptArgs, LockKind};
-use crate::line::{Entry, Handed, Join, Line, Probed, Wait};
+use crate::line::{Entry, Handed, HoldBack, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
 use crate::options::Request;
 use crate::owner::{current_thread_number, owner_field};
@@ -267,7 +267,9 @@ impl Engine {
             if !attempter.attempt()?.is_acquired() {
                 return Ok(None);
             }
-            self.line.take_over(keys, thread);
+            if !reentrant {
+                self.line.take_over(keys, thread);
+            }
             return Ok(Some(self.granted(keys, thread, request, &attempter, None)));
         }
         let mut attempted = false;
@@ -315,6 +317,23 @@ impl Engine {
                     self.granted(keys, thread, request, &attempter, waited),
                 ));
             }
+            Entry::Unconfirmed { sent } => {
+                // A queued thread holds nothing of this lock but what the handoff gave it.
+                match self.store.hold_count(keys, &attempter.owner) {
+                    Ok(0) => None,
+                    Ok(_) => {
+                        attempter.sent = sent;
+                        let waited = Some(started.elapsed());
+                        return Ok(Some(
+                            self.granted(keys, thread, request, &attempter, waited),
+                        ));
+                    }
+                    Err(err) => {
+                        self.line.leave(keys, thread);
+                        return Err(err);
+                    }
+                }
+            }
             Entry::Turn { hold_back_until } => hold_back_until,
         };
         let outcome = self.contend(kind, keys, request, attempted, hold_back, &mut attempter);
@@ -344,7 +363,7 @@ impl Engine {
         keys: &LockKeys,
         request: &Request,
         attempted: bool,
-        hold_back: Option<Instant>,
+        hold_back: Option<HoldBack>,
         attempter: &mut Attempter<'_>,
     ) -> Result<bool> {
         let deadline = request.deadline;
@@ -356,16 +375,23 @@ impl Engine {
         }
         let channel = kind.channel(keys, &attempter.owner);
         let subscription = self.subscriber.subscribe(&channel, deadline);
-        let mut yielding = false;
-        if let Some(until) = hold_back {
-            // Others were told the lock is free: give them the first go. An unlock message
-            // meanwhile means one of them already had its turn.
+        let mut yielding = None;
+        if let Some(hold_back) = hold_back {
+            let until = hold_back.until;
+            // Others were told the lock is free: give them the first go, until the window ends
+            // or one of them has had the lock and let it go (an unlock message beyond the one
+            // this manager's own release sent its still-subscribed listener).
             let until = deadline.map_or(until, |d| d.min(until));
-            let left = until.saturating_duration_since(Instant::now());
-            if !left.is_zero() {
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero()
+                    || self.subscriber.message_count(&channel) > hold_back.messages_expected
+                {
+                    break;
+                }
                 subscription.wait(left);
             }
-            yielding = true;
+            yielding = Some(hold_back.messages_expected);
         }
         // A waiter rides out a short outage (a restart, a failover): for up to one connect
         // timeout after Redis stopped answering it keeps waiting, woken when the listener is
@@ -376,13 +402,16 @@ impl Engine {
             // The first pass closes the race with a release announced before we subscribed.
             let holder_ttl = match attempter.attempt() {
                 Ok(Attempt::Acquired { .. }) => {
-                    if yielding {
-                        self.line.yield_outcome(true);
+                    if let Some(expected) = yielding {
+                        // Free after the window: nobody came, unless someone took it and
+                        // let it go meanwhile (their unlock message says so).
+                        let released_meanwhile = self.subscriber.message_count(&channel) > expected;
+                        self.line.yield_outcome(!released_meanwhile);
                     }
                     return Ok(true);
                 }
                 Ok(Attempt::HeldByOther(ttl)) => {
-                    if std::mem::take(&mut yielding) {
+                    if yielding.take().is_some() {
                         self.line.yield_outcome(false);
                     }
                     down_since = None;
@@ -472,7 +501,17 @@ impl Engine {
             .filter(|next| next.may_acquire())
             .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
         let channel = kind.channel(keys, &owner);
-        let own_listener = last && uses_line && self.subscriber.is_listening(&channel);
+        // Who may hear the unlock without the lock being left to them: this manager's own
+        // listener, or everyone while yields keep finding the lock free (no real waiter).
+        let ignored_listeners = if uses_line && self.line.yields_suspended() {
+            u64::from(u32::MAX)
+        } else {
+            u64::from(last && uses_line && self.subscriber.is_listening(&channel))
+        };
+        // What this manager's listener will have heard on the channel once this release's own
+        // unlock message is in, if nobody else releases the lock meanwhile.
+        let messages_expected =
+            self.subscriber.message_count(&channel) + u64::from(ignored_listeners == 1);
         // Taken before the request goes out: the successor's lease counts from no later.
         let sent = BootInstant::now();
         let outcome = kind.release(
@@ -480,19 +519,30 @@ impl Engine {
             keys,
             &owner,
             lease_ms,
-            own_listener,
+            ignored_listeners,
             next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease)),
         );
         match outcome {
             Ok(Release::HandedOver) => self.store.counters.local_handoff(),
             Ok(Release::LeftForOthers) => self.store.counters.yielded(),
+            // The release set the lease of the holds that remain: the guards' deadline follows.
+            Ok(Release::StillHeld) => {
+                let lease = Duration::from_millis(lease_ms);
+                self.holds.confirm(kind, keys, held.thread, sent, lease);
+            }
             _ => {}
         }
         match successor {
             Some(successor) => {
-                let handed = match outcome {
+                let handed = match &outcome {
                     Ok(Release::HandedOver) => Handed::Lock(sent),
-                    Ok(Release::LeftForOthers) => Handed::Yield,
+                    Ok(Release::LeftForOthers) => Handed::Yield { messages_expected },
+                    // The script may have run, handoff included, with its replies lost.
+                    Err(err)
+                        if next.is_some() && (err.is_timeout() || err.is_connection_error()) =>
+                    {
+                        Handed::Unknown(sent)
+                    }
                     _ => Handed::Turn,
                 };
                 self.line.hand_over(successor, handed);
@@ -503,7 +553,10 @@ impl Engine {
                 }
             }
             None if last => match outcome {
-                Ok(Release::LeftForOthers) => self.line.yield_to_others(keys, held.thread),
+                Ok(Release::LeftForOthers) => {
+                    self.line
+                        .yield_to_others(keys, held.thread, messages_expected)
+                }
                 // After the reply, so that the next local thread's attempt finds it free.
                 _ => {
                     self.line.leave(keys, held.thread);

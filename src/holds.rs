@@ -144,6 +144,10 @@ struct State {
 pub(crate) struct Sweep {
     /// The holds to renew.
     pub(crate) batch: Vec<HoldKey>,
+    /// Their status records, to tell a hold from a newer one of the same thread and lock
+    /// (released and taken again while the sweep was in flight), which the sweep's answer
+    /// is not about.
+    statuses: Vec<Arc<HoldStatus>>,
     /// How long the sweep may take: the shortest confirmed lease left among them (past that
     /// they are lost anyway, and their owners must be told).
     pub(crate) budget: Duration,
@@ -258,6 +262,26 @@ impl Holds {
         left
     }
 
+    /// A release left `thread` holding `keys` and set its lease to `lease` by a request sent
+    /// at `sent` (a re-entry with a shorter fixed lease may have cut it before).
+    pub(crate) fn confirm(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        sent: BootInstant,
+        lease: Duration,
+    ) {
+        let key = HoldKey {
+            kind,
+            keys: Arc::clone(keys),
+            thread,
+        };
+        if let Some(hold) = self.state.lock().holds.get(&key) {
+            hold.status.confirm(lease_deadline(sent, lease));
+        }
+    }
+
     /// How many holds `thread` has on `keys` through this manager.
     pub(crate) fn count(
         &self,
@@ -305,17 +329,18 @@ impl Holds {
                 let horizon = now + self.period / 10;
                 let boot_now = BootInstant::now();
                 let mut budget = self.timeout;
-                let batch = state
+                let (batch, statuses) = state
                     .holds
                     .iter()
                     .filter(|(_, hold)| hold.due.is_some_and(|due| due <= horizon))
                     .map(|(key, hold)| {
                         budget = budget.min(hold.status.deadline().saturating_since(boot_now));
-                        key.clone()
+                        (key.clone(), Arc::clone(&hold.status))
                     })
-                    .collect();
+                    .unzip();
                 return Some(Sweep {
                     batch,
+                    statuses,
                     budget,
                     sent: (now, boot_now),
                 });
@@ -364,6 +389,9 @@ impl Holds {
             let Some(hold) = state.holds.get_mut(&key) else {
                 continue; // released while the sweep was in flight
             };
+            if !Arc::ptr_eq(&hold.status, &sweep.statuses[i]) {
+                continue; // released and taken again meanwhile: the answer is not about it
+            }
             if hold.due.is_none() {
                 continue; // no renewed hold left while the sweep was in flight
             }
@@ -411,4 +439,26 @@ impl Holds {
 /// The instant (on the clock threads sleep by) at which `deadline` (boot clock) comes.
 fn boot_to_instant(deadline: BootInstant) -> Instant {
     Instant::now() + deadline.saturating_since(BootInstant::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::REENTRANT;
+
+    #[test]
+    fn a_sweep_answer_is_not_applied_to_a_newer_hold_of_the_same_thread() {
+        let holds = Holds::new(Duration::from_millis(30), Arc::new(Counters::default()));
+        let keys = Arc::new(LockKeys::new("holds:test").unwrap());
+        let lease = Duration::from_secs(30);
+        holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let sweep = holds.next_sweep().expect("a renewal is due after 10 ms");
+        // Released and taken again while the sweep was in flight; the sweep ran in between
+        // and found no hold.
+        holds.unregister(&REENTRANT, &keys, 1, true);
+        let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        holds.finish_sweep(sweep, Some(vec![false]));
+        assert!(!newer.is_lost(), "the newer hold is not the one found gone");
+        assert_eq!(holds.renewing_count(), 1);
+    }
 }

@@ -36,15 +36,16 @@ pub(crate) trait LockKind: Sync {
     }
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
-    /// release on [`channel`](Self::channel); then, unless anyone besides this manager's own
-    /// listener (`own_listener`) heard it, acquires for `next` (owner field and lease).
+    /// release on [`channel`](Self::channel); then, unless more than `ignored_listeners` of
+    /// its subscribers heard it (this manager's own listener, or all while yields are
+    /// suspended), acquires for `next` (owner field and lease).
     fn release(
         &self,
         store: &LockStore,
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        own_listener: bool,
+        ignored_listeners: u64,
         next: Option<(&str, u64)>,
     ) -> Result<Release>;
 
@@ -107,10 +108,10 @@ impl LockKind for Reentrant {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        own_listener: bool,
+        ignored_listeners: u64,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
-        store.release(keys, lease_ms, owner, own_listener, next)
+        store.release(keys, lease_ms, owner, ignored_listeners, next)
     }
 
     fn channel(&self, keys: &LockKeys, _owner: &str) -> String {

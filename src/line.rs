@@ -29,7 +29,7 @@
 //! The line decides; the engine ([`crate::engine`]) does the I/O and reports back.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,11 @@ const YIELD_MIN: Duration = Duration::from_micros(500);
 const YIELD_FIRST: Duration = Duration::from_millis(2);
 const YIELD_MAX: Duration = Duration::from_millis(50);
 
+/// Held-back threads in a row that find the lock free at the longest window before yields
+/// are suspended, and for how long.
+const PHANTOM_STREAK: u32 = 8;
+const YIELD_SUSPENSION: Duration = Duration::from_secs(1);
+
 /// Above this many entries, yields that ended are swept out when a new one is recorded.
 const SWEEP_ABOVE: usize = 64;
 
@@ -56,6 +61,11 @@ pub(crate) struct Line {
     patience: Duration,
     /// The current yield window, in µs (see the module docs).
     yield_window_us: AtomicU64,
+    /// Held-back threads in a row that found the lock free at the longest window.
+    free_streak: AtomicU32,
+    /// Until when releases hand over locally although others heard (see
+    /// [`yields_suspended`](Line::yields_suspended)).
+    suspended_until: Mutex<Option<Instant>>,
 }
 
 /// One lock's turn: who has it, and who queues for it.
@@ -66,7 +76,7 @@ struct Turn {
     /// When `owner`'s fixed lease runs out; `None` while acquiring or when renewed.
     lease_end: Option<Instant>,
     /// Until when the next thread to take the turn holds back (a yield to remote waiters).
-    yield_until: Option<Instant>,
+    yield_until: Option<HoldBack>,
     /// Threads waiting for the turn, first come first served.
     queue: VecDeque<Arc<Queued>>,
 }
@@ -95,15 +105,30 @@ enum Handoff {
     Granted(Entry),
 }
 
+/// A yield to remote waiters, as the thread that holds back sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HoldBack {
+    /// Not before then.
+    pub(crate) until: Instant,
+    /// How many unlock messages this manager's listener will have heard on the lock's
+    /// channel (see `Subscriber::message_count`) if nobody else releases the lock meanwhile:
+    /// more means a remote waiter took the lock and let it go within the window.
+    pub(crate) messages_expected: u64,
+}
+
 /// How a thread comes to have the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {
     /// It may contend in Redis, but not before `hold_back_until` (a yield to remote waiters).
-    Turn { hold_back_until: Option<Instant> },
+    Turn { hold_back_until: Option<HoldBack> },
     /// The lock was acquired in its name: by the releasing thread's handoff (`sent` says when
     /// that request went out, and its lease counts from then) or by its own probe after its
     /// patience ran out (`sent: None`). It holds the lock and the turn.
     Acquired { sent: Option<BootInstant> },
+    /// The releasing thread asked for the lock in its name by a request sent at `sent`, but
+    /// never learned whether that ran (replies lost): it may hold the lock, and must look
+    /// before it attempts (an attempt would re-enter, and take a second hold).
+    Unconfirmed { sent: BootInstant },
 }
 
 /// What [`Line::join`] decided.
@@ -157,10 +182,13 @@ pub(crate) struct Successor {
 pub(crate) enum Handed {
     /// The lock was acquired in the successor's name by a request sent then.
     Lock(BootInstant),
-    /// The lock was left free for remote waiters: yield.
-    Yield,
+    /// The lock was left free for remote waiters: yield (see [`HoldBack`] for the count).
+    Yield { messages_expected: u64 },
     /// Only the turn (the successor attempts at once).
     Turn,
+    /// The release asked for the lock in the successor's name at that time, but its outcome
+    /// is unknown.
+    Unknown(BootInstant),
 }
 
 impl Successor {
@@ -198,6 +226,8 @@ impl Line {
             turns: Mutex::new(HashMap::new()),
             patience,
             yield_window_us: AtomicU64::new(YIELD_FIRST.as_micros() as u64),
+            free_streak: AtomicU32::new(0),
+            suspended_until: Mutex::new(None),
         }
     }
 
@@ -256,7 +286,7 @@ impl Line {
             _ => {
                 turn.owner = Some(thread);
                 Join::Entered(Entry::Turn {
-                    hold_back_until: turn.yield_until.take().filter(|t| *t > Instant::now()),
+                    hold_back_until: turn.yield_until.take().filter(|y| y.until > Instant::now()),
                 })
             }
         }
@@ -267,9 +297,7 @@ impl Line {
         loop {
             // Trust in the turn holder also ends with its fixed lease (it may take the lock,
             // and so set a lease, while this thread waits).
-            let patience_end = self
-                .lease_end(&ticket.keys)
-                .map_or(ticket.trusted_until, |end| end.min(ticket.trusted_until));
+            let patience_end = self.patience_end(ticket);
             let until = deadline.map_or(patience_end, |d| d.min(patience_end));
             if let Some(entry) = ticket.queued.wait_until(until) {
                 return Wait::Entered(entry);
@@ -300,22 +328,23 @@ impl Line {
     /// Reports a probe that [`wait`](Self::wait) asked for. `Some` when the caller now has the
     /// turn (and maybe the lock), `None` to keep waiting.
     pub(crate) fn probed(&self, ticket: &mut Ticket, thread: u64, probed: Probed) -> Option<Entry> {
-        // Whether the turn was handed over (never with an acquire) while probing.
+        // The turn handed over (never with an acquire) while probing, if it was.
         let handed = {
             let mut state = ticket.queued.state.lock();
             if *state == Handoff::Probing {
                 *state = Handoff::Waiting;
             }
-            matches!(*state, Handoff::Granted(_))
+            match *state {
+                Handoff::Granted(entry) => Some(entry),
+                _ => None,
+            }
         };
         match probed {
             Probed::Acquired => {
                 self.take_over(&ticket.keys, thread);
                 Some(Entry::Acquired { sent: None })
             }
-            Probed::Held(_) if handed => Some(Entry::Turn {
-                hold_back_until: None,
-            }),
+            Probed::Held(_) if handed.is_some() => handed,
             Probed::Held(ttl) => {
                 // Held after all (by the turn holder or someone else): look again when that
                 // hold's lease says, and no later than one period.
@@ -324,7 +353,7 @@ impl Line {
                 None
             }
             Probed::Failed => {
-                if handed || self.leave_queue(ticket).is_some() {
+                if handed.is_some() || self.leave_queue(ticket).is_some() {
                     // It has the turn: pass it on, since this thread is leaving.
                     self.leave(&ticket.keys, thread);
                 }
@@ -383,9 +412,9 @@ impl Line {
         turn.lease_end = None;
         let mut state = queued.state.lock();
         let may_acquire = *state == Handoff::Waiting && !queued.fenced;
-        if *state == Handoff::Waiting {
-            *state = Handoff::InFlight;
-        }
+        // In flight even when probing: the thread then waits for the handoff whatever its probe
+        // or its deadline says, so the turn never passes to a thread that has left.
+        *state = Handoff::InFlight;
         drop(state);
         Some(Successor {
             queued: Some(queued),
@@ -398,12 +427,16 @@ impl Line {
         let queued = successor.queued.take().expect("handed over once");
         let entry = match handed {
             Handed::Lock(sent) => Entry::Acquired { sent: Some(sent) },
-            Handed::Yield => Entry::Turn {
-                hold_back_until: Some(self.yield_deadline()),
+            Handed::Yield { messages_expected } => Entry::Turn {
+                hold_back_until: Some(HoldBack {
+                    until: self.yield_deadline(),
+                    messages_expected,
+                }),
             },
             Handed::Turn => Entry::Turn {
                 hold_back_until: None,
             },
+            Handed::Unknown(sent) => Entry::Unconfirmed { sent },
         };
         queued.grant(entry);
         drop(successor);
@@ -411,15 +444,23 @@ impl Line {
 
     /// `thread` released its last hold without a local successor, and others were told: the
     /// next local thread to take the turn (the releasing one included) holds back.
-    pub(crate) fn yield_to_others(&self, keys: &Arc<LockKeys>, thread: u64) {
-        let until = self.yield_deadline();
+    pub(crate) fn yield_to_others(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        messages_expected: u64,
+    ) {
+        let until = HoldBack {
+            until: self.yield_deadline(),
+            messages_expected,
+        };
         let mut turns = self.turns.lock();
         if turns.len() > SWEEP_ABOVE {
             let now = Instant::now();
             turns.retain(|_, turn| {
                 turn.owner.is_some()
                     || !turn.queue.is_empty()
-                    || turn.yield_until.is_some_and(|t| t > now)
+                    || turn.yield_until.is_some_and(|y| y.until > now)
             });
         }
         let turn = turns.entry(Arc::clone(keys)).or_insert_with(|| Turn {
@@ -453,12 +494,42 @@ impl Line {
     /// slower than the window, or nobody came), or held by someone else (`false`: it won).
     pub(crate) fn yield_outcome(&self, found_free: bool) {
         let window = self.yield_window_us.load(Ordering::Relaxed);
+        let max = YIELD_MAX.as_micros() as u64;
+        if !found_free {
+            self.free_streak.store(0, Ordering::Relaxed);
+        } else if window >= max
+            && self.free_streak.fetch_add(1, Ordering::Relaxed) + 1 >= PHANTOM_STREAK
+        {
+            // Whoever "heard" the unlocks never takes the lock: a subscriber that does not
+            // wait (a monitor, a pattern subscription, a connection the server has not yet
+            // dropped). Yielding to it only idles the lock; stop for a while.
+            log::debug!("unlock listeners that never take the lock: local handoffs for a while");
+            self.free_streak.store(0, Ordering::Relaxed);
+            *self.suspended_until.lock() = Some(Instant::now() + YIELD_SUSPENSION);
+            self.yield_window_us
+                .store(YIELD_FIRST.as_micros() as u64, Ordering::Relaxed);
+            return;
+        }
         let next = if found_free {
             (window * 2).min(YIELD_MAX.as_micros() as u64)
         } else {
             (window - window / 8).max(YIELD_MIN.as_micros() as u64)
         };
         self.yield_window_us.store(next, Ordering::Relaxed);
+    }
+
+    /// Whether releases should hand over locally whoever else heard: yields kept finding the
+    /// lock free (see [`yield_outcome`](Self::yield_outcome)).
+    pub(crate) fn yields_suspended(&self) -> bool {
+        let mut until = self.suspended_until.lock();
+        match *until {
+            Some(at) if Instant::now() < at => true,
+            Some(_) => {
+                *until = None;
+                false
+            }
+            None => false,
+        }
     }
 
     fn yield_deadline(&self) -> Instant {
@@ -480,10 +551,10 @@ impl Line {
                 turn.owner = Some(next.thread);
                 turn.lease_end = None;
                 next.grant(Entry::Turn {
-                    hold_back_until: turn.yield_until.take().filter(|t| *t > Instant::now()),
+                    hold_back_until: turn.yield_until.take().filter(|y| y.until > Instant::now()),
                 });
             }
-            None if turn.yield_until.is_some_and(|t| t > Instant::now()) => {
+            None if turn.yield_until.is_some_and(|y| y.until > Instant::now()) => {
                 turn.owner = None;
                 turn.lease_end = None;
             }
@@ -514,9 +585,21 @@ impl Line {
             .sum()
     }
 
-    /// When the turn holder's fixed lease runs out, if it holds the lock with one.
-    fn lease_end(&self, keys: &Arc<LockKeys>) -> Option<Instant> {
-        self.turns.lock().get(keys).and_then(|turn| turn.lease_end)
+    /// When `ticket`'s patience ends: its trust in the turn holder, and for the first in line
+    /// also the holder's fixed lease (the others wait for the first one's probe).
+    fn patience_end(&self, ticket: &Ticket) -> Instant {
+        let turns = self.turns.lock();
+        let Some(turn) = turns.get(&ticket.keys) else {
+            return ticket.trusted_until;
+        };
+        let first = turn
+            .queue
+            .front()
+            .is_some_and(|front| Arc::ptr_eq(front, &ticket.queued));
+        match turn.lease_end {
+            Some(end) if first => end.min(ticket.trusted_until),
+            _ => ticket.trusted_until,
+        }
     }
 
     /// A probe found the lock still held past the turn holder's lease (it was re-entered or
@@ -667,19 +750,24 @@ mod tests {
         // Released with remote listeners and nobody queued: even the releasing thread, coming
         // back at once, waits for the window.
         entered(line.join(&keys, 1, 1_000, false));
-        line.yield_to_others(&keys, 1);
+        line.yield_to_others(&keys, 1, 0);
         assert!(line.is_busy(&keys), "the yield is recorded");
         let Entry::Turn {
-            hold_back_until: Some(until),
+            hold_back_until: Some(hold_back),
         } = entered(line.join(&keys, 1, 1_000, false))
         else {
             panic!("no hold-back");
         };
-        assert!(until > Instant::now());
+        assert!(hold_back.until > Instant::now());
         // Handed over with a yield: the successor holds back too.
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
-        line.hand_over(successor, Handed::Yield);
+        line.hand_over(
+            successor,
+            Handed::Yield {
+                messages_expected: 0,
+            },
+        );
         assert!(matches!(
             line.wait(&mut ticket, None),
             Wait::Entered(Entry::Turn {
@@ -697,13 +785,62 @@ mod tests {
         // release's reply says others heard it.
         assert!(line.successor(&keys, 1, true).is_none());
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
-        line.yield_to_others(&keys, 1);
+        line.yield_to_others(&keys, 1, 0);
         assert!(matches!(
             line.wait(&mut ticket, Some(Instant::now() + Duration::from_secs(5))),
             Wait::Entered(Entry::Turn {
                 hold_back_until: Some(_)
             })
         ));
+    }
+
+    #[test]
+    fn a_probing_thread_chosen_as_successor_gets_the_turn_even_past_its_deadline() {
+        let line = Line::new(Duration::from_millis(1));
+        let keys = keys();
+        entered(line.join(&keys, 1, 1_000, false));
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        let waiting = queued(line.join(&keys, 3, 1_000, false));
+        assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+        // Thread 1 releases and picks thread 2 while it probes; the probe finds the lock held,
+        // and thread 2's deadline passes before the handoff is done.
+        let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
+        assert!(!successor.may_acquire());
+        assert_eq!(
+            line.probed(&mut ticket, 2, Probed::Held(Duration::from_millis(5))),
+            None
+        );
+        std::thread::scope(|s| {
+            let handoff = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                line.hand_over(successor, Handed::Turn);
+            });
+            let past = Some(Instant::now());
+            assert!(
+                matches!(line.wait(&mut ticket, past), Wait::Entered(TURN)),
+                "the turn is not left to a thread that has gone"
+            );
+            handoff.join().unwrap();
+        });
+        line.leave(&keys, 2);
+        drop(waiting);
+        assert_eq!(line.queued_count(), 0, "thread 3 had the turn passed on");
+    }
+
+    #[test]
+    fn yields_that_keep_finding_the_lock_free_are_suspended() {
+        let line = Line::new(Duration::from_secs(60));
+        assert!(!line.yields_suspended());
+        // Five doublings from 2 ms reach 50 ms; then the streak at the longest window.
+        for _ in 0..(5 + PHANTOM_STREAK) {
+            line.yield_outcome(true);
+        }
+        assert!(
+            line.yields_suspended(),
+            "a subscriber that never takes the lock"
+        );
+        let first = YIELD_FIRST.as_micros() as u64;
+        assert_eq!(line.yield_window_us.load(Ordering::Relaxed), first);
     }
 
     #[test]

@@ -38,7 +38,7 @@ return redis.call('pttl', KEYS[1])
 /// this client's earlier releases of the lock whose replies are in hand (so they are deleted
 /// now, rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms for holds that remain,
 /// `ARGV[3]` owner field, `ARGV[4]` publish command, `ARGV[5]` latch TTL ms, `ARGV[6]` how
-/// many of the channel's subscribers are the releasing client's own (0 or 1), `ARGV[7]` the
+/// many of the channel's subscribers to disregard (the releasing client's own listener), `ARGV[7]` the
 /// next owner field (empty: no handoff), `ARGV[8]` its lease ms.
 ///
 /// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
@@ -131,11 +131,15 @@ impl Scripts {
         }
     }
 
-    /// One pipeline that loads every script: one round trip when a manager starts, so the
-    /// first EVALSHA of each script does not meet NOSCRIPT.
+    /// Every script's source, loaded when a manager starts so that the first EVALSHA of
+    /// each does not meet NOSCRIPT.
+    pub(crate) const SOURCES: [&'static str; 5] =
+        [ACQUIRE, FENCED_ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK];
+
+    /// One pipeline that loads every script (after a NOSCRIPT: the server lost them all).
     pub(crate) fn load_all() -> redis::Pipeline {
         let mut pipe = redis::pipe();
-        for source in [ACQUIRE, FENCED_ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK] {
+        for source in Self::SOURCES {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
         }
         pipe

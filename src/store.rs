@@ -168,10 +168,16 @@ impl LockStore {
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
-        let load = Scripts::load_all();
-        store.run("loading the lock scripts", "", 5, |conn| {
-            load.query::<()>(conn)
-        })?;
+        // One script per round trip: a pipeline's replies would share one response timeout
+        // (see `call`), and compiling a script can take a while on a busy server.
+        for source in Scripts::SOURCES {
+            store.run("loading the lock scripts", "", 1, |conn| {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query::<String>(conn)
+            })?;
+        }
         Ok(store)
     }
 
@@ -234,7 +240,7 @@ impl LockStore {
     }
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`) and, when it was the
-    /// last and nobody but this client's own listener (`own_listener`) heard the unlock,
+    /// last and no more than `ignored_listeners` of its subscribers heard the unlock,
     /// acquires for `next` (owner field, lease ms) in the same script call: the handoff to the
     /// next local thread.
     ///
@@ -246,7 +252,7 @@ impl LockStore {
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
-        own_listener: bool,
+        ignored_listeners: u64,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
@@ -268,7 +274,7 @@ impl LockStore {
             .arg(owner)
             .arg(self.publish_command)
             .arg(self.latch_ttl_ms)
-            .arg(u8::from(own_listener))
+            .arg(ignored_listeners)
             .arg(next_owner)
             .arg(next_lease_ms);
         let send = || {
@@ -279,7 +285,9 @@ impl LockStore {
         let reply = match send() {
             Err(err) if is_lost_reply(&err) => {
                 log::debug!("release of {:?}: {err}; sending it again", keys.name);
-                send()?
+                // The first send may still reach the server after this one (a retransmission,
+                // a proxy): its latch must outlive it, so it is left to expire, not deleted.
+                return send().map(Release::from_reply);
             }
             other => other?,
         };

@@ -29,6 +29,8 @@ use crate::threads;
 const TICK: Duration = Duration::from_millis(500);
 /// Without traffic for this long the listener PINGs, so a silently dead connection is found.
 const PING_AFTER: Duration = Duration::from_secs(5);
+/// Channels whose message counts are kept before the counts start again.
+const MESSAGE_COUNTS_KEPT: usize = 4096;
 /// Reconnect delays grow from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -95,6 +97,10 @@ struct Shared {
     /// those without waiters, until the listener unsubscribes): a release subtracts this
     /// client's own listener from the count of those who heard its unlock.
     subscribed: Mutex<HashSet<String>>,
+    /// How many messages the listener has heard on each subscribed channel (waiters or not),
+    /// so that a thread holding back for remote waiters can tell whether one of them
+    /// released the lock meanwhile.
+    message_counts: Mutex<HashMap<String, u64>>,
     requests: Sender<Request>,
     control_channel: String,
     store: Arc<LockStore>,
@@ -159,6 +165,7 @@ impl Subscriber {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             subscribed: Mutex::new(HashSet::new()),
+            message_counts: Mutex::new(HashMap::new()),
             requests,
             control_channel: format!("redis_lock__control:{{{client_id}}}"),
             store,
@@ -227,6 +234,18 @@ impl Subscriber {
     /// Whether this manager's listener is subscribed to `channel` on the server.
     pub(crate) fn is_listening(&self, channel: &str) -> bool {
         self.shared.subscribed.lock().contains(channel)
+    }
+
+    /// How many messages the listener has heard on `channel` since the manager started (it
+    /// only grows, through unsubscribes and reconnects, unless very many channels were
+    /// heard).
+    pub(crate) fn message_count(&self, channel: &str) -> u64 {
+        self.shared
+            .message_counts
+            .lock()
+            .get(channel)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Wakes one local waiter of `channel`, if any: a release that nobody else heard need
@@ -398,6 +417,12 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
                 if channel == shared.control_channel {
                     continue;
                 }
+                let mut counts = shared.message_counts.lock();
+                if counts.len() >= MESSAGE_COUNTS_KEPT && !counts.contains_key(channel) {
+                    counts.clear(); // bounded memory; a yield then misjudges once at most
+                }
+                *counts.entry(channel.to_owned()).or_default() += 1;
+                drop(counts);
                 let waiters = shared.channels.lock().get(channel).cloned();
                 if let Some(waiters) = waiters {
                     match msg.get_payload_bytes() {
