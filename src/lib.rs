@@ -149,6 +149,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod fair_lock;
 mod fork;
 mod guard;
 mod holds;
@@ -170,11 +171,13 @@ mod watchdog;
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
+    pub use crate::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
     pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
 }
 
 pub use config::LockManagerBuilder;
 pub use error::{Error, Result};
+pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;

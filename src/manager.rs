@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::{Config, LockManagerBuilder};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::fair_lock::FairLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
@@ -80,6 +81,12 @@ impl LockManager {
     /// operation on the handle.
     pub fn get_lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
+    }
+
+    /// A handle on the fair lock called `name` (Redisson's `RFairLock`): granted first come,
+    /// first served across all clients. No I/O. See [`FairLock`].
+    pub fn get_fair_lock(&self, name: &str) -> FairLock {
+        FairLock::new(self.clone(), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until

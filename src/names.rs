@@ -12,6 +12,10 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
+/// Prefix of a fair lock's queue of waiters (a list of owner fields).
+const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// Prefix of a fair lock's waiter timeouts (a sorted set: owner field → epoch ms).
+const TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
@@ -45,6 +49,28 @@ impl LockKeys {
         key.push(':');
         key.push_str(request_id);
         key
+    }
+}
+
+/// The keys of Redisson's other lock kinds on the same name.
+impl LockKeys {
+    /// `redisson_lock_queue:{name}`: a fair lock's waiters, first come first.
+    pub(crate) fn queue_key(&self) -> String {
+        prefixed(QUEUE_PREFIX, &self.name)
+    }
+
+    /// `redisson_lock_timeout:{name}`: when each of a fair lock's waiters counts as gone.
+    pub(crate) fn queue_timeout_key(&self) -> String {
+        prefixed(TIMEOUT_PREFIX, &self.name)
+    }
+
+    /// `redisson_lock__channel:{name}:<owner>`: where a fair lock tells the waiter `owner`
+    /// that its turn may have come.
+    pub(crate) fn waiter_channel(&self, owner: &str) -> String {
+        let mut channel = self.channel();
+        channel.push(':');
+        channel.push_str(owner);
+        channel
     }
 }
 
@@ -99,6 +125,22 @@ mod tests {
     fn latch_key_has_the_request_id() {
         let keys = LockKeys::new("orders:42").unwrap();
         assert_eq!(keys.latch("ab12"), "redisson_unlock_latch:{orders:42}:ab12");
+    }
+
+    #[test]
+    fn fair_lock_keys_follow_the_brace_rule() {
+        let plain = LockKeys::new("orders:42").unwrap();
+        assert_eq!(plain.queue_key(), "redisson_lock_queue:{orders:42}");
+        assert_eq!(
+            plain.queue_timeout_key(),
+            "redisson_lock_timeout:{orders:42}"
+        );
+        assert_eq!(
+            plain.waiter_channel("u:7"),
+            "redisson_lock__channel:{orders:42}:u:7"
+        );
+        let tagged = LockKeys::new("{orders}:42").unwrap();
+        assert_eq!(tagged.queue_key(), "redisson_lock_queue:{orders}:42");
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Attempt {
     }
 
     /// The acquire script's reply: nil when acquired, else the holder's PTTL.
-    fn from_reply(pttl: Option<i64>) -> Self {
+    pub(crate) fn from_reply(pttl: Option<i64>) -> Self {
         match pttl {
             None => Attempt::Acquired { token: None },
             Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
@@ -51,7 +51,7 @@ impl Attempt {
     }
 
     /// The fenced acquire script's reply: `[token]` when acquired, else the holder's PTTL.
-    fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
+    pub(crate) fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
         use redis::Value;
         match reply {
             Value::Int(ms) => Ok(Attempt::HeldByOther(u64::try_from(ms).ok())),
@@ -94,8 +94,9 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    /// The release script's reply (see `RELEASE` in scripts.rs).
-    fn from_reply(reply: Option<i64>) -> Self {
+    /// The release script's reply (see `RELEASE` in scripts.rs); other kinds' release
+    /// scripts reply in the same codes.
+    pub(crate) fn from_reply(reply: Option<i64>) -> Self {
         match reply {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
@@ -249,31 +250,47 @@ impl LockStore {
         own_listener: bool,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
+        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
+        let reply = self.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = redis::cmd("EVALSHA");
+            call.arg(self.scripts.release.get_hash())
+                .arg(3 + previous.len())
+                .arg(&*keys.name)
+                .arg(keys.channel())
+                .arg(latch)
+                .arg(previous);
+            call.arg(UNLOCK_MESSAGE)
+                .arg(lease_ms)
+                .arg(owner)
+                .arg(self.publish_command)
+                .arg(self.latch_ttl_ms)
+                .arg(u8::from(own_listener))
+                .arg(next_owner)
+                .arg(next_lease_ms);
+            query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    /// Runs one release script call made idempotent by a latch (see `RELEASE`): `call` gets
+    /// a connection, this call's new latch key and the latches of this client's earlier
+    /// releases of the lock, which the script deletes. When the reply is lost (a timeout, a
+    /// broken connection) the call is sent once more with the same latch, and gets the first
+    /// call's answer if that one ran. Every kind's release goes through here.
+    pub(crate) fn release_with_latch<T>(
+        &self,
+        keys: &LockKeys,
+        call: impl Fn(&mut Connection, &str, &[String]) -> RedisResult<T>,
+    ) -> Result<T> {
         let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
         let previous = self
             .last_latch
             .lock()
             .remove(&*keys.name)
             .unwrap_or_default();
-        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.release.get_hash())
-            .arg(3 + previous.len())
-            .arg(&*keys.name)
-            .arg(keys.channel())
-            .arg(&latch)
-            .arg(&previous);
-        call.arg(UNLOCK_MESSAGE)
-            .arg(lease_ms)
-            .arg(owner)
-            .arg(self.publish_command)
-            .arg(self.latch_ttl_ms)
-            .arg(u8::from(own_listener))
-            .arg(next_owner)
-            .arg(next_lease_ms);
         let send = || {
             self.run("release", &keys.name, 1, |conn| {
-                query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+                call(conn, &latch, &previous)
             })
         };
         let reply = match send() {
@@ -292,12 +309,21 @@ impl LockStore {
             pending.remove(0); // it expires by itself
         }
         pending.push(latch);
-        Ok(Release::from_reply(reply))
+        Ok(reply)
+    }
+
+    /// The command that publishes unlock messages (`publish` on a single server).
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.publish_command
+    }
+
+    /// How long an unlock latch lives, in ms.
+    pub(crate) fn latch_ttl_ms(&self) -> u64 {
+        self.latch_ttl_ms
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
     /// on a pooled connection: for lock kinds whose scripts live with them.
-    #[allow(dead_code)] // TODO(lock kinds): the fair, read-write, semaphore and latch scripts
     pub(crate) fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,

@@ -10,5 +10,6 @@
 #![allow(non_camel_case_types)]
 
 mod boundary;
+mod fair_lock;
 mod lock;
 mod manager;
