@@ -183,6 +183,11 @@ impl Engine {
         owner_field(&self.client_id, current_thread_number())
     }
 
+    /// How many holds of `kind` the calling thread has on `keys` through this manager.
+    pub(crate) fn own_hold_count(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> u32 {
+        self.holds.count(kind, keys, current_thread_number())
+    }
+
     /// A force unlock through this manager: whoever had the local turn lost its hold.
     pub(crate) fn forget_turn(&self, keys: &Arc<LockKeys>) {
         self.line.reset(keys);

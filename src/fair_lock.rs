@@ -7,7 +7,7 @@
 //! which it counts as gone (a client that crashed while queued must not block the queue
 //! forever). The lock is granted only to the head of the queue (or to anyone while the queue
 //! is empty), and a release tells only the head, on its own channel
-//! `redisson_lock__channel:{name}:<owner>`. docs/DESIGN.md ("Other lock kinds") has the
+//! `redisson_lock__channel:{name}:<owner>`. docs/DESIGN.md ("Fair lock", under "On the wire") has the
 //! wire format.
 
 use std::sync::LazyLock;

@@ -11,6 +11,7 @@ use crate::fair_lock::FairLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
+use crate::read_write_lock::ReadWriteLock;
 use crate::stats::Stats;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -87,6 +88,12 @@ impl LockManager {
     /// first served across all clients. No I/O. See [`FairLock`].
     pub fn get_fair_lock(&self, name: &str) -> FairLock {
         FairLock::new(self.clone(), name)
+    }
+
+    /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared
+    /// read holds, an exclusive write hold. No I/O. See [`ReadWriteLock`].
+    pub fn get_read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until

@@ -579,6 +579,23 @@ fn query_loading_scripts<T>(
     }
 }
 
+/// Runs `query`, which uses `script`; when the server does not have it (a restart, `SCRIPT
+/// FLUSH`), loads it and runs `query` once more: for the scripts of other lock kinds, which
+/// live with their kinds.
+pub(crate) fn query_loading<T>(
+    conn: &mut Connection,
+    script: &redis::Script,
+    query: impl Fn(&mut Connection) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match query(conn) {
+        Err(err) if is_noscript(&err) || has_noscript(&err) => {
+            script.load(conn)?;
+            query(conn)
+        }
+        other => other,
+    }
+}
+
 /// The reply may be lost although the command ran: a timeout or a broken connection.
 fn is_lost_reply(err: &Error) -> bool {
     err.is_timeout() || err.is_connection_error()

@@ -1,7 +1,7 @@
 //! The fair lock (Redisson's `RFairLock`): first come first served across managers and
 //! Redisson clients, through the queue in Redis. The "Redisson side" here is a stand-in that
-//! does, with plain commands, what Redisson's fair lock scripts do (docs/DESIGN.md, "Other lock
-//! kinds").
+//! does, with plain commands, what Redisson's fair lock scripts do (docs/DESIGN.md, "Fair
+//! lock").
 
 mod support;
 

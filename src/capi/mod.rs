@@ -13,3 +13,4 @@ mod boundary;
 mod fair_lock;
 mod lock;
 mod manager;
+mod read_write_lock;
