@@ -420,3 +420,32 @@ fn the_read_write_lock_works_after_a_server_restart() -> Result<()> {
         .expect("free")
         .unlock()
 }
+
+#[test]
+fn read_and_write_holds_that_vanish_are_reported_lost() -> Result<()> {
+    const NAME: &str = "rw:lost";
+    let server = RedisServer::start();
+    let manager = support::manager_with_watchdog(&server, Duration::from_millis(600));
+    let mut conn = server.conn();
+    let rw = manager.get_read_write_lock(NAME);
+
+    let read = rw.read_lock().lock()?;
+    let lost = read.lost_signal();
+    let _: () = conn.del(NAME).unwrap();
+    lost.recv_timeout(Duration::from_secs(5))
+        .expect("the watchdog found the read hold gone");
+    assert!(read.is_lost());
+    assert!(read.unlock().unwrap_err().is_not_held());
+
+    let write = rw
+        .write_lock()
+        .lock_with_lease(Duration::from_millis(300))?;
+    let lost = write.lost_signal();
+    lost.recv_timeout(Duration::from_secs(5))
+        .expect("the fixed lease ran out");
+    assert!(support::eventually(Duration::from_secs(5), || {
+        !conn.exists::<_, bool>(NAME).unwrap()
+    }));
+    assert!(write.unlock().unwrap_err().is_not_held());
+    Ok(())
+}
