@@ -24,11 +24,6 @@ use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
-/// How long a waiter that waits without limit keeps its place in the queue after the place
-/// before it ran out: Redisson's `fairLockWaitTimeout` default (5 minutes). A waiter with a
-/// wait limit keeps it for that limit instead, as in Redisson.
-pub(crate) const QUEUE_TIMEOUT_MS: u64 = 5 * 60_000;
-
 /// The fair acquire attempt.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` queue timeouts, `KEYS[4]` (optional)
@@ -218,11 +213,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// How long `args`' waiter keeps its place in the queue: its wait, or Redisson's default.
-fn queue_timeout_ms(args: &AttemptArgs<'_>) -> u64 {
+/// How long `args`' waiter keeps its place in the queue: its wait limit, or (waiting without
+/// limit) the manager's `fair_lock_wait_timeout`, as Redisson does.
+fn queue_timeout_ms(store: &LockStore, args: &AttemptArgs<'_>) -> u64 {
     match args.wait_ms {
         Some(wait) if wait > 0 => wait,
-        _ => QUEUE_TIMEOUT_MS,
+        _ => store.fair_lock_wait_ms(),
     }
 }
 
@@ -254,7 +250,7 @@ impl LockKind for Fair {
         let queue = args.wait_ms != Some(0);
         call.arg(args.lease_ms)
             .arg(args.owner)
-            .arg(queue_timeout_ms(args))
+            .arg(queue_timeout_ms(store, args))
             .arg(now_ms())
             .arg(u8::from(queue));
         let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
@@ -268,7 +264,7 @@ impl LockKind for Fair {
             .key(&*keys.name)
             .key(keys.channel())
             .arg(args.owner)
-            .arg(queue_timeout_ms(args))
+            .arg(queue_timeout_ms(store, args))
             .arg(UNLOCK_MESSAGE)
             .arg(store.publish_command());
         store.invoke::<()>("leave the queue", &keys.name, &call)
@@ -343,9 +339,10 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 /// one hold, with the lost signal and (through [`acquire`](Self::acquire) with
 /// [`AcquireOptions::fenced`]) fencing tokens from the same counter as [`Lock::lock_fenced`].
 ///
-/// A waiter keeps its place for its wait limit (`try_lock(wait)`), or for 5 minutes
-/// (Redisson's `fairLockWaitTimeout` default) after the place before it ran out when it
-/// waits without limit; a waiter that stays longer (the holder keeps the lock that long)
+/// A waiter keeps its place for its wait limit (`try_lock(wait)`), or, when it waits without
+/// limit, for the manager's
+/// [`fair_lock_wait_timeout`](crate::LockManagerBuilder::fair_lock_wait_timeout) (5 minutes,
+/// as Redisson's `fairLockWaitTimeout`) after the place before it ran out; a waiter that stays longer (the holder keeps the lock that long)
 /// loses its place to waiters behind it and queues again at the end. A waiter that gives up
 /// leaves the queue at once. `try_lock(Duration::ZERO)` makes one attempt and never queues.
 ///

@@ -119,6 +119,8 @@ pub(crate) struct LockStore {
     /// `publish` on a single server; `spublish` will be needed on a Redis 7 cluster.
     publish_command: &'static str,
     latch_ttl_ms: u64,
+    /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
+    fair_lock_wait_ms: u64,
     response_timeout: Duration,
     /// The latches of this client's releases of each lock whose replies are in hand (usually
     /// one; more when releases overlapped): the next release of that lock deletes them (see
@@ -165,6 +167,7 @@ impl LockStore {
             scripts: Scripts::new(),
             publish_command: "publish",
             latch_ttl_ms: config.latch_ttl_ms(),
+            fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
             response_timeout: config.response_timeout,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
@@ -315,6 +318,12 @@ impl LockStore {
     /// The command that publishes unlock messages (`publish` on a single server).
     pub(crate) fn publish_command(&self) -> &'static str {
         self.publish_command
+    }
+
+    /// How long a fair-lock waiter without a wait limit keeps its place in the queue, in ms
+    /// (a setting of the manager that only the fair lock's scripts need).
+    pub(crate) fn fair_lock_wait_ms(&self) -> u64 {
+        self.fair_lock_wait_ms
     }
 
     /// How long an unlock latch lives, in ms.

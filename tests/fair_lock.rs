@@ -389,3 +389,28 @@ fn the_fair_lock_works_after_a_server_restart() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn a_waiter_without_a_wait_limit_keeps_its_place_for_the_fair_lock_wait_timeout() -> Result<()> {
+    const NAME: &str = "fair:wait-timeout";
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?;
+    let waiter = LockManager::builder(&server.url())
+        .fair_lock_wait_timeout(Duration::from_secs(10))
+        .build()?;
+    let mut conn = server.conn();
+    let guard = holder.get_fair_lock(NAME).lock()?;
+    let lock = waiter.get_fair_lock(NAME);
+    let t = thread::spawn(move || lock.lock().and_then(|g| g.unlock()));
+    await_queue(&mut conn, NAME, 1);
+    let head: String = conn.lindex(queue(NAME), 0).unwrap();
+    let score: f64 = conn.zscore(timeouts(NAME), &head).unwrap();
+    // After the holder's 30 s lease, 10 s more: the configured timeout, not Redisson's 5 min.
+    let expected = now_ms() + 30_000 + 10_000;
+    assert!(
+        (score as i64 - expected).abs() < 2_000,
+        "{score} vs {expected}"
+    );
+    guard.unlock()?;
+    t.join().expect("waiter thread")
+}
