@@ -130,6 +130,8 @@ fn waiters_of_three_managers_get_the_lock_in_arrival_order() -> Result<()> {
         // The next one starts only once this one has its place.
         await_queue(&mut conn, NAME, i + 1);
     }
+    // Six waiters, one pub/sub connection per manager: waiters share their manager's.
+    assert_eq!(support::client_count(&mut conn, "pubsub"), 3);
     holder.unlock()?;
     for t in threads {
         t.join().expect("waiter thread")?;
