@@ -416,3 +416,33 @@ fn a_waiter_without_a_wait_limit_keeps_its_place_for_the_fair_lock_wait_timeout(
     guard.unlock()?;
     t.join().expect("waiter thread")
 }
+
+#[test]
+fn a_crashed_waiter_holds_its_place_until_its_queue_timeout_passes() -> Result<()> {
+    const NAME: &str = "fair:ghost";
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    // A Redisson client queued and died: the lock is free, but it is first in line.
+    let ghost = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:13";
+    let _: () = conn.rpush(queue(NAME), ghost).unwrap();
+    let _: () = conn.zadd(timeouts(NAME), ghost, now_ms() + 800).unwrap();
+
+    let lock = manager.get_fair_lock(NAME);
+    assert!(
+        lock.try_lock(Duration::ZERO)?.is_none(),
+        "not ours while it is first"
+    );
+    let started = Instant::now();
+    let guard = lock
+        .try_lock(Duration::from_secs(5))?
+        .expect("ours once its place ran out");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(3),
+        "woken about when the ghost's timeout passed: {waited:?}"
+    );
+    let left: usize = conn.llen(queue(NAME)).unwrap();
+    assert_eq!(left, 0, "the ghost was dropped, and ours left the queue");
+    guard.unlock()
+}
