@@ -1,4 +1,5 @@
-//! Load generator: runs workloads W1–W6 of BENCHMARKS.md against one Redis server and prints one
+//! Load generator: runs workloads W1–W6 of BENCHMARKS.md, W7 (the fair lock's handoff) and W8
+//! (a read-write lock's throughput) against one Redis server and prints one
 //! table with each figure, the floor it is measured against (in the same run) and the ratio.
 //!
 //! ```sh
@@ -159,6 +160,8 @@ fn main() -> ExitCode {
     }
     rows.extend(w6_fairness(&url, &scale));
     rows.extend(w3_handoff(&url, &scale));
+    rows.extend(w7_fair_handoff(&url, &scale));
+    rows.extend(w8_read_write(&url, &scale));
     rows.extend(w4_watchdog_scale(&url, &scale));
     rows.extend(w5_waiter_scale(&url, &scale));
     print_table(&rows);
@@ -922,6 +925,177 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
             "W3 handoff",
             "release → waiter acquired p99",
             micros(handoff.p99),
+        ),
+    ]
+}
+
+/// W7: the fair lock's handoff to a waiter already queued and subscribed, against the plain
+/// lock's (as W3), sample by sample in the same loop. Holder and waiter use separate
+/// managers. The fair waiter is told on its own channel; its attempt also leaves the queue.
+fn w7_fair_handoff(url: &str, scale: &Scale) -> Vec<Row> {
+    let holder = LockManager::new(url).expect("holder manager");
+    let waiter = LockManager::new(url).expect("waiter manager");
+    let mut conn = support::nodelay_conn(url);
+    let (plain_name, fair_name) = ("loadgen:w7:plain", "loadgen:w7:fair");
+    let plain_channel = "redisson_lock__channel:{loadgen:w7:plain}";
+    let queue = "redisson_lock_queue:{loadgen:w7:fair}";
+    let mut plain = Vec::with_capacity(scale.w3_handoffs);
+    let mut fair = Vec::with_capacity(scale.w3_handoffs);
+    for _ in 0..scale.w3_handoffs {
+        let guard = holder.lock(plain_name).expect("holder lock");
+        let blocked = support::Waiter::spawn(&waiter, plain_name);
+        assert!(support::await_subscribers(&mut conn, plain_channel, 1));
+        thread::sleep(Duration::from_millis(2));
+        let released = Instant::now();
+        guard.unlock().expect("holder unlock");
+        plain.push(blocked.acquired_since(released));
+        assert!(support::await_subscribers(&mut conn, plain_channel, 0));
+
+        let guard = holder
+            .get_fair_lock(fair_name)
+            .lock()
+            .expect("holder fair lock");
+        let lock = waiter.get_fair_lock(fair_name);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let blocked = thread::spawn(move || {
+            let guard = lock.lock().expect("waiter fair lock");
+            tx.send(Instant::now()).expect("report");
+            guard.unlock().expect("waiter fair unlock");
+        });
+        assert!(support::eventually(Duration::from_secs(10), || {
+            conn.llen::<_, usize>(queue).expect("LLEN") == 1
+        }));
+        let head: String = conn.lindex(queue, 0).expect("LINDEX");
+        let channel = format!("redisson_lock__channel:{{{fair_name}}}:{head}");
+        assert!(support::await_subscribers(&mut conn, &channel, 1));
+        thread::sleep(Duration::from_millis(2));
+        let released = Instant::now();
+        guard.unlock().expect("holder fair unlock");
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(at) => fair.push(at.saturating_duration_since(released)),
+            Err(_) => violation("a queued fair-lock waiter was never served".into()),
+        }
+        blocked.join().expect("fair waiter");
+        assert!(support::await_subscribers(&mut conn, &channel, 0));
+    }
+    if fair.is_empty() {
+        return Vec::new();
+    }
+    let plain = percentiles(&mut plain);
+    let fair = percentiles(&mut fair);
+    vec![
+        row(
+            "W7 fair lock",
+            "release → queued waiter acquired p50, against the plain lock's",
+            micros(fair.p50),
+        )
+        .against(
+            micros(plain.p50),
+            fair.p50.as_secs_f64() / plain.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W7 fair lock",
+            "same p99, against the plain lock's",
+            micros(fair.p99),
+        )
+        .against(
+            micros(plain.p99),
+            fair.p99.as_secs_f64() / plain.p99.as_secs_f64(),
+            "",
+        ),
+    ]
+}
+
+/// W8: 4 readers and 1 writer on one read-write lock for the W2 duration, against the same 5
+/// threads taking the plain lock for everything. The writer increments a counter
+/// non-atomically; a reader reads it twice and finds it unchanged (else a writer overlapped a
+/// reader). Readers pause 100 µs between holds: without any pause their holds overlap
+/// without a gap and, as in Redisson, the writer would wait for all of them to stop.
+fn w8_read_write(url: &str, scale: &Scale) -> Vec<Row> {
+    const READERS: usize = 4;
+    let manager = LockManager::new(url).expect("manager");
+    let counter = "loadgen:w8:counter";
+    // Returns (read holds, write holds) done in the duration.
+    let run = |exclusive: bool| -> (u64, u64) {
+        let mut conn = support::nodelay_conn(url);
+        let _: () = conn.del(counter).expect("DEL");
+        let name = if exclusive {
+            "loadgen:w8:plain"
+        } else {
+            "loadgen:w8:rw"
+        };
+        let stop = AtomicBool::new(false);
+        let barrier = Barrier::new(READERS + 2);
+        let (reads, writes) = (AtomicU64::new(0), AtomicU64::new(0));
+        thread::scope(|s| {
+            for i in 0..=READERS {
+                let writer = i == READERS;
+                let (manager, stop, barrier) = (&manager, &stop, &barrier);
+                let (reads, writes) = (&reads, &writes);
+                s.spawn(move || {
+                    let mut conn = support::nodelay_conn(url);
+                    let rw = manager.get_read_write_lock(name);
+                    barrier.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        let guard = match (exclusive, writer) {
+                            (true, _) => manager.lock(name),
+                            (false, true) => rw.write_lock().lock(),
+                            (false, false) => rw.read_lock().lock(),
+                        }
+                        .expect("lock");
+                        if writer {
+                            increment(&mut conn, counter);
+                            writes.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            let first: Option<u64> = conn.get(counter).expect("GET");
+                            let second: Option<u64> = conn.get(counter).expect("GET");
+                            if first != second {
+                                violation(format!("{name}: a write overlapped a read hold"));
+                            }
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        guard.unlock().expect("unlock");
+                        if !writer {
+                            thread::sleep(Duration::from_micros(100));
+                        }
+                    }
+                });
+            }
+            barrier.wait();
+            thread::sleep(scale.w2_duration);
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (reads, writes) = (reads.into_inner(), writes.into_inner());
+        let value: Option<u64> = conn.get(counter).expect("GET counter");
+        if value.unwrap_or(0) != writes {
+            violation(format!("{counter} is {value:?} after {writes} writes"));
+        }
+        (reads, writes)
+    };
+    let start = Instant::now();
+    let (reads, writes) = run(false);
+    let rw_elapsed = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let (plain_reads, plain_writes) = run(true);
+    let plain_elapsed = start.elapsed().as_secs_f64();
+    let rw_total = (reads + writes) as f64 / rw_elapsed;
+    let plain_total = (plain_reads + plain_writes) as f64 / plain_elapsed;
+    vec![
+        row(
+            "W8 rw lock",
+            "4 readers + 1 writer: holds/s, against all 5 on the plain lock",
+            format!("{rw_total:.0}/s"),
+        )
+        .against(format!("{plain_total:.0}/s"), rw_total / plain_total, ""),
+        row(
+            "W8 rw lock",
+            "of which read holds/s, write holds/s",
+            format!(
+                "{:.0}/s, {:.0}/s",
+                reads as f64 / rw_elapsed,
+                writes as f64 / rw_elapsed
+            ),
         ),
     ]
 }

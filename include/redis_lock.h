@@ -137,6 +137,34 @@ const char *redis_lock_result_str(int result);
 const char *redis_lock_version(void);
 
 /**
+ * Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
+ * first come, first served. The watchdog renews the lease until the guard is unlocked or
+ * freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
+ * `redis_lock_lock`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
+ * valid for a write.
+ */
+redis_lock_result redis_lock_fair_lock(redis_lock_manager *m,
+                                       const char *name,
+                                       redis_lock_guard **out);
+
+/**
+ * Tries to acquire the fair lock `name` for up to `wait_ms` milliseconds (0: one attempt,
+ * without queueing), with the watchdog; while waiting it keeps its place in the queue.
+ * `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed (it has then left the
+ * queue). Ownership as for `redis_lock_lock`.
+ *
+ * # Safety
+ * As for `redis_lock_fair_lock`.
+ */
+redis_lock_result redis_lock_fair_try_lock(redis_lock_manager *m,
+                                           const char *name,
+                                           uint64_t wait_ms,
+                                           redis_lock_guard **out);
+
+/**
  * Waits as long as it takes to acquire `name`; the watchdog renews the lease until the guard
  * is unlocked or freed. The same thread locking again re-enters (the hold count goes up).
  *
@@ -343,6 +371,59 @@ redis_lock_result redis_lock_manager_new_with_options(const char *url,
  * `m` is NULL or a manager from `redis_lock_manager_new*` that was not freed yet.
  */
 void redis_lock_manager_free(redis_lock_manager *m);
+
+/**
+ * Waits as long as it takes to take a read hold on the read-write lock `name`: shared with
+ * other readers, excluded by a writer (except the calling thread's own write hold). The
+ * watchdog renews it until the guard is unlocked or freed. Result codes and ownership of
+ * `*out` as for `redis_lock_lock`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
+ * valid for a write.
+ */
+redis_lock_result redis_lock_read_lock(redis_lock_manager *m,
+                                       const char *name,
+                                       redis_lock_guard **out);
+
+/**
+ * Tries to take a read hold on `name` for up to `wait_ms` milliseconds (0: one attempt).
+ * `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
+ * `redis_lock_lock`.
+ *
+ * # Safety
+ * As for `redis_lock_read_lock`.
+ */
+redis_lock_result redis_lock_read_try_lock(redis_lock_manager *m,
+                                           const char *name,
+                                           uint64_t wait_ms,
+                                           redis_lock_guard **out);
+
+/**
+ * Waits as long as it takes to take the write lock of the read-write lock `name`, which
+ * excludes readers and other writers. A thread that holds a read hold on `name` (and not the
+ * write lock) gets `REDIS_LOCK_INVALID_ARGUMENT`: it would wait for itself. Ownership as for
+ * `redis_lock_lock`.
+ *
+ * # Safety
+ * As for `redis_lock_read_lock`.
+ */
+redis_lock_result redis_lock_write_lock(redis_lock_manager *m,
+                                        const char *name,
+                                        redis_lock_guard **out);
+
+/**
+ * Tries to take the write lock of `name` for up to `wait_ms` milliseconds (0: one
+ * attempt). `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
+ * `redis_lock_lock`.
+ *
+ * # Safety
+ * As for `redis_lock_read_lock`.
+ */
+redis_lock_result redis_lock_write_try_lock(redis_lock_manager *m,
+                                            const char *name,
+                                            uint64_t wait_ms,
+                                            redis_lock_guard **out);
 
 #ifdef __cplusplus
 }  // extern "C"

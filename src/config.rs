@@ -18,6 +18,9 @@ pub(crate) const DEFAULT_POOL_SIZE: usize = 8;
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time Redis may take to answer one command.
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default time a fair-lock waiter without a wait limit keeps its place in the queue after the
+/// place before it ran out (Redisson's `fairLockWaitTimeout`).
+pub(crate) const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// Converts a duration to whole milliseconds for Redis, refusing zero, sub-millisecond and
 /// out-of-range values with an error that names the argument.
@@ -56,6 +59,8 @@ pub(crate) struct Config {
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
+    pub(crate) fair_lock_wait_timeout_ms: u64,
     /// PEM root certificates to trust for `rediss://` instead of the system's.
     pub(crate) tls_root_certificate: Option<Pem>,
 }
@@ -106,6 +111,7 @@ pub struct LockManagerBuilder {
     pool_size: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    fair_lock_wait_timeout: Duration,
     tls_root_certificate: Option<Vec<u8>>,
 }
 
@@ -117,6 +123,7 @@ impl LockManagerBuilder {
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             tls_root_certificate: None,
         }
     }
@@ -155,6 +162,18 @@ impl LockManagerBuilder {
     /// Defaults to 3 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long a [fair lock](crate::FairLock) waiter that waits without limit keeps its place
+    /// in the queue after the place before it ran out; past that it counts as gone (a crashed
+    /// client must not block the queue for ever) and goes to the end of the queue at its next
+    /// attempt. A waiter with a wait limit keeps its place for that limit instead.
+    ///
+    /// Defaults to 5 minutes (Redisson's `fairLockWaitTimeout`); set it to the Java side's
+    /// value when both share fair locks. At least 1 ms.
+    pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_lock_wait_timeout = timeout;
         self
     }
 
@@ -201,11 +220,14 @@ impl LockManagerBuilder {
         }
         to_millis("connect timeout", self.connect_timeout)?;
         to_millis("response timeout", self.response_timeout)?;
+        let fair_lock_wait_timeout_ms =
+            to_millis("fair lock wait timeout", self.fair_lock_wait_timeout)?;
         Ok(Config {
             watchdog_timeout_ms,
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            fair_lock_wait_timeout_ms,
             tls_root_certificate: self.tls_root_certificate.clone().map(Pem),
         })
     }
@@ -219,6 +241,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("fair_lock_wait_timeout", &self.fair_lock_wait_timeout)
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
             .finish()
     }
@@ -269,6 +292,7 @@ mod tests {
             base.clone().pool_size(0),
             base.clone().connect_timeout(Duration::ZERO),
             base.clone().response_timeout(Duration::from_nanos(5)),
+            base.clone().fair_lock_wait_timeout(Duration::ZERO),
         ];
         for case in cases {
             let err = case.validate().unwrap_err();

@@ -79,15 +79,20 @@ struct Attempter<'a> {
 }
 
 impl Attempter<'_> {
-    fn attempt(&mut self) -> Result<Attempt> {
-        self.sent = BootInstant::now();
-        let args = AttemptArgs {
+    fn args(&self) -> AttemptArgs<'_> {
+        AttemptArgs {
             owner: &self.owner,
             lease_ms: self.request.lease_ms,
             fenced: self.request.fenced,
             wait_ms: self.request.wait_ms,
-        };
-        let outcome = self.kind.attempt(&self.engine.store, self.keys, &args)?;
+        }
+    }
+
+    fn attempt(&mut self) -> Result<Attempt> {
+        self.sent = BootInstant::now();
+        let outcome = self
+            .kind
+            .attempt(&self.engine.store, self.keys, &self.args())?;
         if let Attempt::Acquired { token } = outcome {
             self.token = token;
         }
@@ -178,6 +183,11 @@ impl Engine {
         owner_field(&self.client_id, current_thread_number())
     }
 
+    /// How many holds of `kind` the calling thread has on `keys` through this manager.
+    pub(crate) fn own_hold_count(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> u32 {
+        self.holds.count(kind, keys, current_thread_number())
+    }
+
     /// A force unlock through this manager: whoever had the local turn lost its hold.
     pub(crate) fn forget_turn(&self, keys: &Arc<LockKeys>) {
         self.line.reset(keys);
@@ -244,7 +254,7 @@ impl Engine {
             }
             let outcome = self.contend(kind, keys, request, true, None, &mut attempter);
             if !matches!(outcome, Ok(true)) {
-                self.abandon(kind, keys, &attempter.owner);
+                self.abandon(kind, keys, &attempter);
             }
             return match outcome? {
                 true => {
@@ -442,10 +452,10 @@ impl Engine {
         }
     }
 
-    /// Tells the kind that `owner` stopped waiting (a failure is only logged: the kind's own
-    /// timeouts clean up after a waiter that is gone).
-    fn abandon(&self, kind: &dyn LockKind, keys: &LockKeys, owner: &str) {
-        if let Err(err) = kind.abandon(&self.store, keys, owner) {
+    /// Tells the kind that the attempter's owner stopped waiting (a failure is only logged:
+    /// the kind's own timeouts clean up after a waiter that is gone).
+    fn abandon(&self, kind: &dyn LockKind, keys: &LockKeys, attempter: &Attempter<'_>) {
+        if let Err(err) = kind.abandon(&self.store, keys, &attempter.args()) {
             log::warn!("lock {:?}: leaving the wait failed: {err}", keys.name);
         }
     }

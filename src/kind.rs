@@ -29,9 +29,9 @@ pub(crate) trait LockKind: Sync {
     ) -> Result<Attempt>;
 
     /// The caller stopped waiting without the lock (its wait passed, or an error): kinds that
-    /// keep waiters in Redis (a fair lock's queue) take `owner` out there.
-    fn abandon(&self, store: &LockStore, keys: &LockKeys, owner: &str) -> Result<()> {
-        let _ = (store, keys, owner);
+    /// keep waiters in Redis (a fair lock's queue) take `args.owner` out there.
+    fn abandon(&self, store: &LockStore, keys: &LockKeys, args: &AttemptArgs<'_>) -> Result<()> {
+        let _ = (store, keys, args);
         Ok(())
     }
 
@@ -74,7 +74,6 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) fenced: bool,
     /// How long the caller waits at most, in ms (`None`: without limit); a fair lock's queue
     /// keeps a waiter this long.
-    #[allow(dead_code)] // TODO(fair lock): its queue timeout reads it
     pub(crate) wait_ms: Option<u64>,
 }
 

@@ -52,6 +52,21 @@
 //! [`hold_count`](Lock::hold_count), [`remaining_ttl`](Lock::remaining_ttl)) and
 //! [`force_unlock`](Lock::force_unlock).
 //!
+//! # Other lock kinds
+//!
+//! Two more of Redisson's locks share the same machinery (the engine, the watchdog, guards
+//! with the lost signal) and wire format:
+//!
+//! - [`FairLock`] ([`LockManager::get_fair_lock`]), Redisson's `RFairLock`: waiters of every
+//!   client get the lock first come, first served, through a queue kept in Redis.
+//! - [`ReadWriteLock`] ([`LockManager::get_read_write_lock`]), Redisson's `RReadWriteLock`:
+//!   a [`ReadLock`] shared by any number of readers and an exclusive [`WriteLock`]. As in
+//!   Redisson, readers that keep overlapping keep a writer waiting.
+//!
+//! Each has `lock`, `try_lock`, `lock_with_lease`, `try_lock_with_lease` and `acquire`, and
+//! returns a [`LockGuard`]. `docs/DESIGN.md` ("Fair lock" and "Read-write lock" under "On the wire") have
+//! their keys, scripts and what differs from Redisson.
+//!
 //! # Ownership and reentrancy
 //!
 //! The owner of a hold is the *thread* that acquired it (through one manager): the same thread
@@ -149,6 +164,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod fair_lock;
 mod fork;
 mod guard;
 mod holds;
@@ -160,6 +176,7 @@ mod names;
 mod options;
 mod owner;
 mod pool;
+mod read_write_lock;
 mod scripts;
 mod stats;
 mod store;
@@ -170,15 +187,21 @@ mod watchdog;
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
+    pub use crate::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
+    pub use crate::read_write_lock::{
+        READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
+    };
     pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
 }
 
 pub use config::LockManagerBuilder;
 pub use error::{Error, Result};
+pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
 pub use options::{AcquireOptions, Lease};
+pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
@@ -187,6 +210,10 @@ const _: () = {
     assert_send_sync::<LockManager>();
     assert_send_sync::<Lock>();
     assert_send_sync::<LockGuard>();
+    assert_send_sync::<FairLock>();
+    assert_send_sync::<ReadWriteLock>();
+    assert_send_sync::<ReadLock>();
+    assert_send_sync::<WriteLock>();
     assert_send_sync::<Error>();
     assert_send_sync::<Stats>();
 };

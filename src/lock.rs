@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::kind::REENTRANT;
+use crate::kind::{LockKind, REENTRANT};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::{AcquireOptions, Lease};
@@ -62,7 +62,8 @@ impl Lock {
         &self.manager
     }
 
-    fn keys(&self) -> Result<&Arc<LockKeys>> {
+    /// The lock's keys; an invalid name is reported here.
+    pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
         match &self.name {
             Name::Valid(keys) => Ok(keys),
             Name::Invalid(name) => {
@@ -198,10 +199,19 @@ impl Lock {
     /// # Ok::<(), redis_lock::Error>(())
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        self.acquire_as(&REENTRANT, options)
+    }
+
+    /// Acquires a hold of `kind` on this name (the other lock kinds' handles wrap a `Lock`).
+    pub(crate) fn acquire_as(
+        &self,
+        kind: &'static dyn LockKind,
+        options: AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
         let engine = self.engine()?;
         let request = options.request(engine.config().watchdog_timeout_ms)?;
-        let held = engine.acquire(&REENTRANT, keys, &request)?;
+        let held = engine.acquire(kind, keys, &request)?;
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))
     }
 
@@ -212,7 +222,7 @@ impl Lock {
     }
 
     /// The manager's engine, refused in a child made by `fork()`.
-    fn engine(&self) -> Result<&Engine> {
+    pub(crate) fn engine(&self) -> Result<&Engine> {
         let engine = self.manager.engine();
         engine.check_process()?;
         Ok(engine)
@@ -224,3 +234,51 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock").field("name", &self.name()).finish()
     }
 }
+
+/// The four shorthands of [`Lock`]'s acquiring methods, for another kind's handle with an
+/// `acquire(AcquireOptions)` method: one place for the Redisson overloads they mirror.
+macro_rules! acquire_shorthands {
+    ($what:literal) => {
+        #[doc = concat!("Waits as long as it takes to acquire ", $what, ", then keeps it alive")]
+        /// with the watchdog until the guard is released (Redisson's `lock()`).
+        pub fn lock(&self) -> $crate::Result<$crate::LockGuard> {
+            self.acquire($crate::AcquireOptions::new())
+                .map(|guard| guard.expect("waits without limit"))
+        }
+
+        #[doc = concat!("Tries to acquire ", $what, " for up to `wait`, watchdog lease")]
+        /// (Redisson's `tryLock(wait, unit)`). `Duration::ZERO` makes exactly one attempt;
+        /// `Ok(None)` when the wait passed without it.
+        pub fn try_lock(
+            &self,
+            wait: std::time::Duration,
+        ) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.acquire($crate::AcquireOptions::new().wait(wait))
+        }
+
+        #[doc = concat!("Waits as long as it takes to acquire ", $what, " with a fixed")]
+        /// `lease`, never renewed (Redisson's `lock(lease, unit)`). At least 1 ms.
+        pub fn lock_with_lease(
+            &self,
+            lease: std::time::Duration,
+        ) -> $crate::Result<$crate::LockGuard> {
+            self.acquire($crate::AcquireOptions::new().lease($crate::Lease::Fixed(lease)))
+                .map(|guard| guard.expect("waits without limit"))
+        }
+
+        #[doc = concat!("Tries to acquire ", $what, " for up to `wait` with a fixed `lease`")]
+        /// (Redisson's `tryLock(wait, lease, unit)`).
+        pub fn try_lock_with_lease(
+            &self,
+            wait: std::time::Duration,
+            lease: std::time::Duration,
+        ) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.acquire(
+                $crate::AcquireOptions::new()
+                    .wait(wait)
+                    .lease($crate::Lease::Fixed(lease)),
+            )
+        }
+    };
+}
+pub(crate) use acquire_shorthands;

@@ -7,9 +7,11 @@ use std::time::Duration;
 use crate::config::{Config, LockManagerBuilder};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::fair_lock::FairLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
+use crate::read_write_lock::ReadWriteLock;
 use crate::stats::Stats;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -40,8 +42,9 @@ use crate::stats::Stats;
 /// Create the manager in the process that uses it, after any `fork()`. A child inherits the
 /// parent's connections (their replies would go to whichever process reads first), client id
 /// and thread numbers (parent and child would both "hold" a lock), but not its background
-/// threads. In a child, every call on an inherited manager fails with [`Error::Forked`](crate::Error::Forked) and
-/// sends nothing; dropping it is safe and leaves the parent's connections alone.
+/// threads. In a child, every call on an inherited manager fails with
+/// [`Error::Forked`](crate::Error::Forked) and sends nothing; dropping it is safe and leaves
+/// the parent's connections alone.
 #[derive(Clone)]
 pub struct LockManager {
     engine: Arc<Engine>,
@@ -80,6 +83,18 @@ impl LockManager {
     /// operation on the handle.
     pub fn get_lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
+    }
+
+    /// A handle on the fair lock called `name` (Redisson's `RFairLock`): granted first come,
+    /// first served across all clients. No I/O. See [`FairLock`].
+    pub fn get_fair_lock(&self, name: &str) -> FairLock {
+        FairLock::new(self.clone(), name)
+    }
+
+    /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared
+    /// read holds, an exclusive write hold. No I/O. See [`ReadWriteLock`].
+    pub fn get_read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until

@@ -12,6 +12,12 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
+/// Prefix of a fair lock's queue of waiters (a list of owner fields).
+const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// Prefix of a fair lock's waiter timeouts (a sorted set: owner field → epoch ms).
+const TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
+/// Prefix of a read-write lock's channel.
+const RWLOCK_CHANNEL_PREFIX: &str = "redisson_rwlock";
 
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
@@ -45,6 +51,50 @@ impl LockKeys {
         key.push(':');
         key.push_str(request_id);
         key
+    }
+}
+
+/// The keys of Redisson's other lock kinds on the same name (fair lock, read-write lock).
+impl LockKeys {
+    /// `redisson_lock_queue:{name}`: a fair lock's waiters, first come first.
+    pub(crate) fn queue_key(&self) -> String {
+        prefixed(QUEUE_PREFIX, &self.name)
+    }
+
+    /// `redisson_lock_timeout:{name}`: when each of a fair lock's waiters counts as gone.
+    pub(crate) fn queue_timeout_key(&self) -> String {
+        prefixed(TIMEOUT_PREFIX, &self.name)
+    }
+
+    /// `redisson_lock__channel:{name}:<owner>`: where a fair lock tells the waiter `owner`
+    /// that its turn may have come.
+    pub(crate) fn waiter_channel(&self, owner: &str) -> String {
+        let mut channel = self.channel();
+        channel.push(':');
+        channel.push_str(owner);
+        channel
+    }
+
+    /// `redisson_rwlock:{name}`: where a read-write lock's releases are announced.
+    pub(crate) fn rwlock_channel(&self) -> String {
+        prefixed(RWLOCK_CHANNEL_PREFIX, &self.name)
+    }
+
+    /// `{name}`, or the name itself when it has a `{`: what a read hold's timeout keys start
+    /// with (Redisson's "key prefix", which its read unlock joins to every field).
+    pub(crate) fn read_key_prefix(&self) -> String {
+        if self.name.contains('{') {
+            self.name.to_string()
+        } else {
+            format!("{{{}}}", self.name)
+        }
+    }
+
+    /// `{name}:<owner>:rwlock_timeout`: the read holds of `owner` each have a key
+    /// `<this>:<n>` (n = 1, 2, ... the hold count when it was taken) that lives as long as
+    /// that hold's lease.
+    pub(crate) fn read_timeout_prefix(&self, owner: &str) -> String {
+        format!("{}:{owner}:rwlock_timeout", self.read_key_prefix())
     }
 }
 
@@ -99,6 +149,32 @@ mod tests {
     fn latch_key_has_the_request_id() {
         let keys = LockKeys::new("orders:42").unwrap();
         assert_eq!(keys.latch("ab12"), "redisson_unlock_latch:{orders:42}:ab12");
+    }
+
+    #[test]
+    fn fair_and_read_write_keys_follow_the_brace_rule() {
+        let plain = LockKeys::new("orders:42").unwrap();
+        assert_eq!(plain.queue_key(), "redisson_lock_queue:{orders:42}");
+        assert_eq!(
+            plain.queue_timeout_key(),
+            "redisson_lock_timeout:{orders:42}"
+        );
+        assert_eq!(
+            plain.waiter_channel("u:7"),
+            "redisson_lock__channel:{orders:42}:u:7"
+        );
+        assert_eq!(plain.rwlock_channel(), "redisson_rwlock:{orders:42}");
+        assert_eq!(
+            plain.read_timeout_prefix("u:7"),
+            "{orders:42}:u:7:rwlock_timeout"
+        );
+        let tagged = LockKeys::new("{orders}:42").unwrap();
+        assert_eq!(tagged.queue_key(), "redisson_lock_queue:{orders}:42");
+        assert_eq!(tagged.rwlock_channel(), "redisson_rwlock:{orders}:42");
+        assert_eq!(
+            tagged.read_timeout_prefix("u:7"),
+            "{orders}:42:u:7:rwlock_timeout"
+        );
     }
 
     #[test]

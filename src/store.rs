@@ -43,7 +43,7 @@ impl Attempt {
     }
 
     /// The acquire script's reply: nil when acquired, else the holder's PTTL.
-    fn from_reply(pttl: Option<i64>) -> Self {
+    pub(crate) fn from_reply(pttl: Option<i64>) -> Self {
         match pttl {
             None => Attempt::Acquired { token: None },
             Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
@@ -51,7 +51,7 @@ impl Attempt {
     }
 
     /// The fenced acquire script's reply: `[token]` when acquired, else the holder's PTTL.
-    fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
+    pub(crate) fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
         use redis::Value;
         match reply {
             Value::Int(ms) => Ok(Attempt::HeldByOther(u64::try_from(ms).ok())),
@@ -94,8 +94,9 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    /// The release script's reply (see `RELEASE` in scripts.rs).
-    fn from_reply(reply: Option<i64>) -> Self {
+    /// The release script's reply (see `RELEASE` in scripts.rs); other kinds' release
+    /// scripts reply in the same codes.
+    pub(crate) fn from_reply(reply: Option<i64>) -> Self {
         match reply {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
@@ -118,6 +119,8 @@ pub(crate) struct LockStore {
     /// `publish` on a single server; `spublish` will be needed on a Redis 7 cluster.
     publish_command: &'static str,
     latch_ttl_ms: u64,
+    /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
+    fair_lock_wait_ms: u64,
     response_timeout: Duration,
     /// The latches of this client's releases of each lock whose replies are in hand (usually
     /// one; more when releases overlapped): the next release of that lock deletes them (see
@@ -164,6 +167,7 @@ impl LockStore {
             scripts: Scripts::new(),
             publish_command: "publish",
             latch_ttl_ms: config.latch_ttl_ms(),
+            fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
             response_timeout: config.response_timeout,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
@@ -255,31 +259,47 @@ impl LockStore {
         ignored_listeners: u64,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
+        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
+        let reply = self.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = redis::cmd("EVALSHA");
+            call.arg(self.scripts.release.get_hash())
+                .arg(3 + previous.len())
+                .arg(&*keys.name)
+                .arg(keys.channel())
+                .arg(latch)
+                .arg(previous);
+            call.arg(UNLOCK_MESSAGE)
+                .arg(lease_ms)
+                .arg(owner)
+                .arg(self.publish_command)
+                .arg(self.latch_ttl_ms)
+                .arg(ignored_listeners)
+                .arg(next_owner)
+                .arg(next_lease_ms);
+            query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    /// Runs one release script call made idempotent by a latch (see `RELEASE`): `call` gets
+    /// a connection, this call's new latch key and the latches of this client's earlier
+    /// releases of the lock, which the script deletes. When the reply is lost (a timeout, a
+    /// broken connection) the call is sent once more with the same latch, and gets the first
+    /// call's answer if that one ran. Every kind's release goes through here.
+    pub(crate) fn release_with_latch<T>(
+        &self,
+        keys: &LockKeys,
+        call: impl Fn(&mut Connection, &str, &[String]) -> RedisResult<T>,
+    ) -> Result<T> {
         let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
         let previous = self
             .last_latch
             .lock()
             .remove(&*keys.name)
             .unwrap_or_default();
-        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.release.get_hash())
-            .arg(3 + previous.len())
-            .arg(&*keys.name)
-            .arg(keys.channel())
-            .arg(&latch)
-            .arg(&previous);
-        call.arg(UNLOCK_MESSAGE)
-            .arg(lease_ms)
-            .arg(owner)
-            .arg(self.publish_command)
-            .arg(self.latch_ttl_ms)
-            .arg(ignored_listeners)
-            .arg(next_owner)
-            .arg(next_lease_ms);
         let send = || {
             self.run("release", &keys.name, 1, |conn| {
-                query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+                call(conn, &latch, &previous)
             })
         };
         let reply = match send() {
@@ -287,7 +307,7 @@ impl LockStore {
                 log::debug!("release of {:?}: {err}; sending it again", keys.name);
                 // The first send may still reach the server after this one (a retransmission,
                 // a proxy): its latch must outlive it, so it is left to expire, not deleted.
-                return send().map(Release::from_reply);
+                return send();
             }
             other => other?,
         };
@@ -300,12 +320,27 @@ impl LockStore {
             pending.remove(0); // it expires by itself
         }
         pending.push(latch);
-        Ok(Release::from_reply(reply))
+        Ok(reply)
+    }
+
+    /// The command that publishes unlock messages (`publish` on a single server).
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.publish_command
+    }
+
+    /// How long a fair-lock waiter without a wait limit keeps its place in the queue, in ms
+    /// (a setting of the manager that only the fair lock's scripts need).
+    pub(crate) fn fair_lock_wait_ms(&self) -> u64 {
+        self.fair_lock_wait_ms
+    }
+
+    /// How long an unlock latch lives, in ms.
+    pub(crate) fn latch_ttl_ms(&self) -> u64 {
+        self.latch_ttl_ms
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
     /// on a pooled connection: for lock kinds whose scripts live with them.
-    #[allow(dead_code)] // TODO(lock kinds): the fair, read-write, semaphore and latch scripts
     pub(crate) fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
@@ -555,6 +590,23 @@ fn query_loading_scripts<T>(
     match query(conn) {
         Err(err) if is_noscript(&err) || has_noscript(&err) => {
             Scripts::load_all().query::<()>(conn)?;
+            query(conn)
+        }
+        other => other,
+    }
+}
+
+/// Runs `query`, which uses `script`; when the server does not have it (a restart, `SCRIPT
+/// FLUSH`), loads it and runs `query` once more: for the scripts of other lock kinds, which
+/// live with their kinds.
+pub(crate) fn query_loading<T>(
+    conn: &mut Connection,
+    script: &redis::Script,
+    query: impl Fn(&mut Connection) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match query(conn) {
+        Err(err) if is_noscript(&err) || has_noscript(&err) => {
+            script.load(conn)?;
             query(conn)
         }
         other => other,

@@ -264,6 +264,28 @@ static void watchdog_and_lifetime(const char *url) {
     EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
 }
 
+/* The fair lock and the read-write lock hand out the same guards as the plain lock. */
+static void other_kinds(redis_lock_manager *m) {
+    redis_lock_guard *fair = NULL, *again = NULL, *r1 = NULL, *r2 = NULL, *w = NULL;
+    EXPECT(redis_lock_fair_lock(m, "tour:fair", &fair), REDIS_LOCK_OK);
+    EXPECT(redis_lock_fair_try_lock(m, "tour:fair", 0, &again), REDIS_LOCK_OK); /* re-entered */
+    EXPECT(redis_lock_unlock(again), REDIS_LOCK_OK);
+    EXPECT(redis_lock_unlock(fair), REDIS_LOCK_OK);
+    EXPECT(redis_lock_fair_lock(NULL, "tour:fair", &fair), REDIS_LOCK_INVALID_ARGUMENT);
+
+    EXPECT(redis_lock_read_lock(m, "tour:rw", &r1), REDIS_LOCK_OK);
+    EXPECT(redis_lock_read_try_lock(m, "tour:rw", 0, &r2), REDIS_LOCK_OK); /* reads share */
+    /* A reader asking for the write lock would wait for itself: refused. */
+    EXPECT(redis_lock_write_try_lock(m, "tour:rw", 50, &w), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(w == NULL);
+    EXPECT(redis_lock_unlock(r2), REDIS_LOCK_OK);
+    EXPECT(redis_lock_unlock(r1), REDIS_LOCK_OK);
+    EXPECT(redis_lock_write_lock(m, "tour:rw", &w), REDIS_LOCK_OK);
+    EXPECT(redis_lock_read_try_lock(m, "tour:rw", 0, &r1), REDIS_LOCK_OK); /* the writer reads */
+    redis_lock_guard_free(r1);
+    EXPECT(redis_lock_unlock(w), REDIS_LOCK_OK);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s HOST PORT\n", argv[0]);
@@ -281,6 +303,7 @@ int main(int argc, char **argv) {
     leases(m);
     force_unlock(m);
     fencing(m);
+    other_kinds(m);
     wrong_type(m, argv[1], atoi(argv[2]));
     redis_lock_manager_free(m);
     watchdog_and_lifetime(url);

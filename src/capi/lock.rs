@@ -17,12 +17,12 @@ pub struct redis_lock_guard {
     guard: LockGuard,
 }
 
-/// The shared body of the four acquire functions: checks the arguments, runs `acquire`, and
+/// The shared body of every acquire function (of every lock kind): checks the arguments, runs `acquire`, and
 /// hands a new guard to C (or NULL with `REDIS_LOCK_NOT_ACQUIRED`).
 ///
 /// # Safety
 /// As for the exported functions: each pointer is NULL or valid.
-unsafe fn acquire_into(
+pub(super) unsafe fn acquire_into(
     m: *mut redis_lock_manager,
     name: *const c_char,
     out: *mut *mut redis_lock_guard,

@@ -10,5 +10,7 @@
 #![allow(non_camel_case_types)]
 
 mod boundary;
+mod fair_lock;
 mod lock;
 mod manager;
+mod read_write_lock;

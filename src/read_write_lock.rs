@@ -1,0 +1,551 @@
+//! [`ReadWriteLock`]: Redisson's `RReadWriteLock`, with its [`ReadLock`] (shared) and
+//! [`WriteLock`] (exclusive) on one name.
+//!
+//! Both live in one hash at the lock's name: the field `mode` (`read` or `write`), one field
+//! per reader owner (`<owner>`) holding its read hold count, and the writer's field
+//! (`<owner>:write`) holding its write hold count. Each read hold also has a timeout key
+//! `{name}:<owner>:rwlock_timeout:<n>` with that hold's lease, from which a read release
+//! recomputes the hash's TTL when other holds remain. Releases are announced on
+//! `redisson_rwlock:{name}`: a read release publishes `0` (wake one waiter), a write release
+//! `1` (wake them all). docs/DESIGN.md ("Read-write lock", under
+//! "On the wire") has the wire format.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::error::{Error, Result};
+use crate::fair_lock::parse_attempt;
+use crate::guard::LockGuard;
+use crate::kind::{AttemptArgs, LockKind, REENTRANT};
+use crate::lock::{acquire_shorthands, Lock};
+use crate::manager::LockManager;
+use crate::names::LockKeys;
+use crate::options::AcquireOptions;
+use crate::store::{query_loading, Attempt, LockStore, Release, UNLOCK_MESSAGE};
+
+/// What a write release publishes: Redisson's "read unlock" message, which wakes every
+/// waiter (readers may all get in at once).
+const WAKE_ALL_MESSAGE: &str = "1";
+
+/// At most this many holds per renewal script call (two keys each): the same 100 keys per
+/// call as the reentrant renewal.
+const READ_RENEWALS_PER_CALL: usize = 50;
+
+/// The read acquire. `KEYS[1]` lock key, `KEYS[2]` the owner's read timeout prefix
+/// (`{name}:<owner>:rwlock_timeout`). `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]` the
+/// owner's writer field (`<owner>:write`).
+///
+/// Granted when nobody holds the lock (mode becomes `read`), when it is in `read` mode, or when
+/// it is in `write` mode and the caller is the writer: the caller's count goes up by one (to
+/// `n`), its timeout key `<prefix>:<n>` is set with the lease, and the hash's TTL becomes the
+/// larger of what it had and the lease (the lease, for a new lock). Replies nil when granted,
+/// else the hash's PTTL.
+pub const READ_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+    local left = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))
+    return nil
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// The read release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` the owner's read
+/// timeout prefix, `KEYS[4]` the lock's key prefix (`{name}`: timeout keys are
+/// `<this>:<field>:rwlock_timeout:<n>`), `KEYS[5]` this call's latch, `KEYS[6..]` latches of
+/// this client's earlier releases (deleted). `ARGV[1]` message `0`, `ARGV[2]` owner field,
+/// `ARGV[3]` publish command, `ARGV[4]` latch TTL ms.
+///
+/// A repeated call (same latch) gets the first reply. Nothing held at all: `0` is published
+/// anyway (as Redisson does) and the reply is nil. The owner has no read hold: nil. Else its
+/// count goes down (the field goes at 0) and its newest timeout key is deleted. If other
+/// fields remain, the hash's TTL becomes the longest TTL among all remaining read timeout
+/// keys, and the reply is 0 (still held); if none has any TTL left, a lock in `write` mode is
+/// still held (0), a lock in `read` mode is over. Over: the hash is deleted, `0` published,
+/// reply 1.
+pub const READ_RELEASE: &str = r#"
+for i = 6, #KEYS do
+    redis.call('del', KEYS[i])
+end
+local done = redis.call('get', KEYS[5])
+if done then
+    return tonumber(done)
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+    redis.pcall(ARGV[3], KEYS[2], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if n == 0 then
+    redis.call('hdel', KEYS[1], ARGV[2])
+end
+redis.call('del', KEYS[3] .. ':' .. (n + 1))
+local result = 1
+if redis.call('hlen', KEYS[1]) > 1 then
+    local longest = -3
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        local count = tonumber(redis.call('hget', KEYS[1], field))
+        if count then
+            for i = count, 1, -1 do
+                local left = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
+                longest = math.max(longest, left)
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        result = 0
+    elseif mode == 'write' then
+        result = 0
+    end
+end
+if result == 1 then
+    redis.call('del', KEYS[1])
+    redis.pcall(ARGV[3], KEYS[2], ARGV[1])
+end
+redis.call('set', KEYS[5], result, 'px', ARGV[4])
+return result
+"#;
+
+/// The write acquire. `KEYS[1]` lock key, `KEYS[2]` (optional) fencing counter. `ARGV[1]`
+/// lease ms, `ARGV[2]` the writer field (`<owner>:write`).
+///
+/// Granted when nobody holds the lock (mode `write`, the writer's count 1, the lease as TTL),
+/// or re-entered when the caller is the writer: count + 1 and the TTL becomes what was left
+/// **plus** the lease (Redisson's arithmetic). Read holds, even the caller's own, keep a
+/// writer out. Replies nil (fenced: `{token}`) when granted, else the hash's PTTL.
+pub const WRITE_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+local function token()
+    if KEYS[2] then
+        redis.call('incr', KEYS[2])
+        return {redis.call('get', KEYS[2])}
+    end
+    return nil
+end
+if not mode then
+    local granted = token()
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return granted
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    local granted = token()
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local left = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], left + tonumber(ARGV[1]))
+    return granted
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// The write release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` this call's latch,
+/// `KEYS[4..]` latches of this client's earlier releases (deleted). `ARGV[1]` message `1`,
+/// `ARGV[2]` lease ms for write holds that remain, `ARGV[3]` writer field, `ARGV[4]` publish
+/// command, `ARGV[5]` latch TTL ms.
+///
+/// A repeated call gets the first reply. Nothing held at all: `1` is published anyway (as
+/// Redisson does), reply nil. Not in `write` mode, or the caller is not the writer: nil.
+/// Else count − 1; while write holds remain, the lease is re-applied and the reply is 0. On
+/// the last write hold the field goes; with no other field but `mode` the hash is deleted and
+/// `1` published; with the writer's own read holds left, the mode becomes `read` and `1` is
+/// published too (ours: Redisson publishes nothing there, leaving waiting readers to their
+/// TTL). Reply 1.
+pub const WRITE_RELEASE: &str = r#"
+for i = 4, #KEYS do
+    redis.call('del', KEYS[i])
+end
+local done = redis.call('get', KEYS[3])
+if done then
+    return tonumber(done)
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+    redis.pcall(ARGV[4], KEYS[2], ARGV[1])
+    return nil
+end
+if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local result = 1
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    result = 0
+else
+    redis.call('hdel', KEYS[1], ARGV[3])
+    if redis.call('hlen', KEYS[1]) == 1 then
+        redis.call('del', KEYS[1])
+    else
+        redis.call('hset', KEYS[1], 'mode', 'read')
+    end
+    redis.pcall(ARGV[4], KEYS[2], ARGV[1])
+end
+redis.call('set', KEYS[3], result, 'px', ARGV[5])
+return result
+"#;
+
+/// The read renewal. For each hold `i`: `KEYS[2i - 1]` lock key, `KEYS[2i]` the lock's key
+/// prefix; `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field. If the owner still
+/// has read holds (count `c`), its timeout keys `1..c` and the hash get the timeout, reply 1;
+/// else 0 (lost). A key of the wrong type makes only its hold lost. Redisson renews a read
+/// lock the same way (its timeout keys, then the hash).
+pub const READ_RENEW: &str = r#"
+local out = {}
+for i = 1, #KEYS / 2 do
+    local key = KEYS[2 * i - 1]
+    local owner = ARGV[i + 1]
+    local count = redis.pcall('hget', key, owner)
+    count = type(count) == 'string' and tonumber(count) or nil
+    if count then
+        for c = count, 1, -1 do
+            redis.call('pexpire', KEYS[2 * i] .. ':' .. owner .. ':rwlock_timeout:' .. c, ARGV[1])
+        end
+        redis.call('pexpire', key, ARGV[1])
+        out[i] = 1
+    else
+        out[i] = 0
+    end
+end
+return out
+"#;
+
+static READ_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE));
+static READ_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE));
+static READ_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RENEW));
+static WRITE_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_ACQUIRE));
+static WRITE_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_RELEASE));
+
+/// The read lock's kind, shared by every [`ReadLock`].
+pub(crate) static READ: Read = Read;
+/// The write lock's kind, shared by every [`WriteLock`].
+pub(crate) static WRITE: Write = Write;
+
+/// Redisson's read lock: shared holds, each with its own timeout key.
+pub(crate) struct Read;
+/// Redisson's write lock: one writer, who may also take read holds.
+pub(crate) struct Write;
+
+/// The writer's field of `owner`.
+fn writer_field(owner: &str) -> String {
+    format!("{owner}:write")
+}
+
+impl LockKind for Read {
+    fn name(&self) -> &'static str {
+        "read lock"
+    }
+
+    fn uses_line(&self) -> bool {
+        // Readers share: local readers must not queue behind one another.
+        false
+    }
+
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        args: &AttemptArgs<'_>,
+    ) -> Result<Attempt> {
+        let mut call = READ_ACQUIRE_SCRIPT.prepare_invoke();
+        call.key(&*keys.name)
+            .key(keys.read_timeout_prefix(args.owner))
+            .arg(args.lease_ms)
+            .arg(args.owner)
+            .arg(writer_field(args.owner));
+        let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
+        parse_attempt(reply, false, &keys.name)
+    }
+
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        _lease_ms: u64,
+        _ignored_listeners: u64,
+        _next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        let reply = store.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = READ_RELEASE_SCRIPT.prepare_invoke();
+            call.key(&*keys.name)
+                .key(keys.rwlock_channel())
+                .key(keys.read_timeout_prefix(owner))
+                .key(keys.read_key_prefix())
+                .key(latch);
+            for key in previous {
+                call.key(key);
+            }
+            call.arg(UNLOCK_MESSAGE)
+                .arg(owner)
+                .arg(store.publish_command())
+                .arg(store.latch_ttl_ms());
+            call.invoke::<Option<i64>>(conn)
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
+        keys.rwlock_channel()
+    }
+
+    fn renew(
+        &self,
+        store: &LockStore,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<bool>> {
+        let hash = READ_RENEW_SCRIPT.get_hash();
+        let mut pipe = redis::pipe();
+        for chunk in batch.chunks(READ_RENEWALS_PER_CALL) {
+            let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len() * 2);
+            for (name, _) in chunk {
+                // Names in the batch come from held locks, so they are valid.
+                let prefix = LockKeys::new(name).map(|keys| keys.read_key_prefix())?;
+                call.arg(*name).arg(prefix);
+            }
+            call.arg(timeout_ms);
+            for (_, owner) in chunk {
+                call.arg(*owner);
+            }
+        }
+        let calls = batch.len().div_ceil(READ_RENEWALS_PER_CALL) as u64;
+        let replies: Vec<Vec<i64>> = store.run_within("renew", "", calls, budget, |conn| {
+            query_loading(conn, &READ_RENEW_SCRIPT, |conn| pipe.query(conn))
+        })?;
+        Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+    }
+}
+
+impl LockKind for Write {
+    fn name(&self) -> &'static str {
+        "write lock"
+    }
+
+    fn uses_line(&self) -> bool {
+        // Readers and writers of this manager share one channel and contend in Redis; a
+        // line would order writers only, behind readers that do not queue.
+        false
+    }
+
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        args: &AttemptArgs<'_>,
+    ) -> Result<Attempt> {
+        let mut call = WRITE_ACQUIRE_SCRIPT.prepare_invoke();
+        call.key(&*keys.name);
+        if args.fenced {
+            call.key(keys.token_key());
+        }
+        call.arg(args.lease_ms).arg(writer_field(args.owner));
+        let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
+        parse_attempt(reply, args.fenced, &keys.name)
+    }
+
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        _ignored_listeners: u64,
+        _next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        let writer = writer_field(owner);
+        let reply = store.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = WRITE_RELEASE_SCRIPT.prepare_invoke();
+            call.key(&*keys.name).key(keys.rwlock_channel()).key(latch);
+            for key in previous {
+                call.key(key);
+            }
+            call.arg(WAKE_ALL_MESSAGE)
+                .arg(lease_ms)
+                .arg(&writer)
+                .arg(store.publish_command())
+                .arg(store.latch_ttl_ms());
+            call.invoke::<Option<i64>>(conn)
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
+        keys.rwlock_channel()
+    }
+
+    fn renew(
+        &self,
+        store: &LockStore,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<bool>> {
+        // The writer's field is a hold count like the reentrant lock's: Redisson renews it
+        // the same way, under the field `<owner>:write`.
+        let writers: Vec<String> = batch.iter().map(|(_, owner)| writer_field(owner)).collect();
+        let batch: Vec<(&str, &str)> = batch
+            .iter()
+            .zip(&writers)
+            .map(|((name, _), writer)| (*name, writer.as_str()))
+            .collect();
+        REENTRANT.renew(store, &batch, timeout_ms, budget)
+    }
+}
+
+/// A handle on one read-write lock: Redisson's `RReadWriteLock`. Cheap to create
+/// ([`LockManager::get_read_write_lock`] does no I/O) and to clone.
+///
+/// Any number of owners (threads of any client) may hold the [read lock](Self::read_lock)
+/// at once; the [write lock](Self::write_lock) excludes everyone else. Both are reentrant per
+/// thread. A thread holding the write lock may also take the read lock; when its last write
+/// hold ends while it still has read holds, the lock becomes a read lock that other readers
+/// may share. The reverse is not possible: a thread with a read hold cannot take the write
+/// lock (it would wait for itself), which is refused here with
+/// [`Error::InvalidArgument`].
+///
+/// **Writers are not protected from readers.** As in Redisson, a read lock is granted whenever
+/// the lock is in read mode, even while writers wait: as long as read holds overlap without a
+/// gap, a waiting writer does not get the lock (its `try_lock` times out). A writer gets in
+/// only when the last reader leaves (it is then woken by the release message).
+#[derive(Clone)]
+pub struct ReadWriteLock {
+    lock: Lock,
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+        ReadWriteLock {
+            lock: Lock::new(manager, name),
+        }
+    }
+
+    /// The lock's name, which is also its Redis key.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// The shared half: Redisson's `readLock()`.
+    pub fn read_lock(&self) -> ReadLock {
+        ReadLock {
+            lock: self.lock.clone(),
+        }
+    }
+
+    /// The exclusive half: Redisson's `writeLock()`.
+    pub fn write_lock(&self) -> WriteLock {
+        WriteLock {
+            lock: self.lock.clone(),
+        }
+    }
+}
+
+/// The read lock of a [`ReadWriteLock`]: shared with other readers, excluded by a writer
+/// (except the calling thread's own write hold). Every acquire returns a [`LockGuard`] that
+/// releases one read hold; the watchdog renews it (and its timeout key) like any hold.
+#[derive(Clone)]
+pub struct ReadLock {
+    lock: Lock,
+}
+
+impl ReadLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// Acquires a read hold as `options` say. Fencing tokens are refused
+    /// ([`Error::InvalidArgument`]): read holds are shared, so a token would not single out
+    /// one writer to the resource. `Ok(None)` only when a wait limit was given and passed.
+    pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        if options.is_fenced() {
+            return Err(Error::InvalidArgument {
+                what: "fenced",
+                reason: format!(
+                    "read lock {:?}: read holds are shared, so they take no fencing token; \
+                     fence the write lock instead",
+                    self.name()
+                ),
+            });
+        }
+        self.lock.acquire_as(&READ, options)
+    }
+
+    acquire_shorthands!("a read hold");
+}
+
+/// The write lock of a [`ReadWriteLock`]: excludes readers and other writers. Every acquire
+/// returns a [`LockGuard`] that releases one write hold; fencing tokens
+/// ([`AcquireOptions::fenced`]) come from the name's counter `redisson_lock_token:{name}`.
+#[derive(Clone)]
+pub struct WriteLock {
+    lock: Lock,
+}
+
+impl WriteLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// Acquires the write lock as `options` say. `Ok(None)` only when a wait limit was given
+    /// and passed. A thread that holds read holds on this lock (and not the write lock) is
+    /// refused with [`Error::InvalidArgument`]: it would wait for itself forever.
+    pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        let keys = self.lock.keys()?;
+        let engine = self.lock.engine()?;
+        if engine.own_hold_count(&READ, keys) > 0 && engine.own_hold_count(&WRITE, keys) == 0 {
+            return Err(Error::InvalidArgument {
+                what: "write lock",
+                reason: format!(
+                    "the calling thread holds read lock {:?}: a read lock cannot be upgraded \
+                     (release the read holds first)",
+                    self.name()
+                ),
+            });
+        }
+        self.lock.acquire_as(&WRITE, options)
+    }
+
+    acquire_shorthands!("the write lock");
+}
+
+impl std::fmt::Debug for ReadWriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadWriteLock")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ReadLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadLock")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteLock")
+            .field("name", &self.name())
+            .finish()
+    }
+}
