@@ -467,13 +467,54 @@ fn status_json_names_the_holder_and_its_ttl() {
     assert_eq!(value, "text", "left untouched");
 }
 
-/// A tmux server on a private socket, killed on drop.
+/// A terminal: a tmux server on a private socket running one program in one pane. Killed on
+/// drop.
+///
+/// The program runs under bash, which writes its exit status to a file: tmux's own
+/// `pane_dead_status` is sometimes left empty when a pane's program exits. bash, unlike dash,
+/// goes on after a Ctrl-C that its child survived, so the status is written then too.
 struct Tmux {
     socket: std::path::PathBuf,
+    status_file: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Tmux {
+    /// Starts `argv` in a 200x10 pane (wide enough for a whole status line), or `None` (with a
+    /// notice) when tmux is not installed.
+    fn start(argv: &[&str]) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!(
+                "SKIPPED: tmux is not installed (apt-get install -y tmux): no terminal to run on"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tmux = Tmux {
+            socket: dir.path().join("tmux.sock"),
+            status_file: dir.path().join("status"),
+            _dir: dir,
+        };
+        let started = tmux
+            .command()
+            // No user or system configuration: the same terminal everywhere.
+            .args(["-f", "/dev/null", "new-session", "-d", "-s", "cli"])
+            .args(["-x", "200", "-y", "10", "--"])
+            .args([
+                "bash",
+                "-c",
+                r#""$@"; echo $? > "$0.tmp"; mv "$0.tmp" "$0""#,
+            ])
+            .arg(&tmux.status_file)
+            .args(argv)
+            .env_remove("REDIS_URL")
+            .env("TERM", "xterm")
+            .status()
+            .expect("tmux new-session");
+        assert!(started.success(), "tmux new-session failed");
+        Some(tmux)
+    }
+
     fn command(&self) -> Command {
         let mut cmd = Command::new("tmux");
         cmd.arg("-S").arg(&self.socket).stdin(Stdio::null());
@@ -490,6 +531,36 @@ impl Tmux {
             .expect("tmux capture-pane");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+
+    /// Waits until the screen passes `check`; panics with the screen if it never does.
+    fn await_screen(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let mut screen = String::new();
+        let seen = eventually(LIMIT, || {
+            screen = self.screen();
+            check(&screen)
+        });
+        assert!(seen, "{what}; the screen:\n{screen}");
+        screen
+    }
+
+    /// Types `keys` (tmux key names: "y", "Enter", "C-c").
+    fn keys(&self, keys: &[&str]) {
+        let sent = self
+            .command()
+            .args(["send-keys", "-t", "cli"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(sent.success(), "tmux send-keys failed");
+    }
+
+    /// The program's exit status once it has exited (within [`LIMIT`]).
+    fn exit_status(&self) -> i32 {
+        let exited = eventually(LIMIT, || self.status_file.exists());
+        assert!(exited, "the program did not exit:\n{}", self.screen());
+        let status = std::fs::read_to_string(&self.status_file).unwrap();
+        status.trim().parse().expect("an exit status")
+    }
 }
 
 impl Drop for Tmux {
@@ -500,56 +571,99 @@ impl Drop for Tmux {
 
 #[test]
 fn the_progress_line_on_a_terminal_shows_the_holder_and_ttl() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (apt-get install -y tmux); no terminal to test the progress line on");
-        return;
-    }
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url()).unwrap();
     let guard = manager.lock("cli-progress").unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let tmux = Tmux {
-        socket: dir.path().join("tmux.sock"),
-        _dir: dir,
+    let url = server.url();
+    let argv = [BIN, "--url", &url, "run", "cli-progress", "--"];
+    // The command stays on: what a pane shows after its program exited is not reliable.
+    let Some(tmux) = Tmux::start(&[&argv[..], &["sh", "-c", "echo ACQUIRED; sleep 60"]].concat())
+    else {
+        return;
     };
-    // A wide pane, so that the whole line (a 36-character owner id) fits on it.
-    let started = tmux
-        .command()
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            "cli",
-            "-x",
-            "200",
-            "-y",
-            "10",
-            "--",
-        ])
-        .arg(BIN)
-        .args(["--url", &server.url(), "run", "cli-progress", "--"])
-        .args(["sh", "-c", "echo ACQUIRED; sleep 60"])
-        .env_remove("REDIS_URL")
-        .env("TERM", "xterm")
-        .status()
-        .expect("tmux new-session");
-    assert!(started.success(), "tmux new-session failed");
-
-    let mut screen = String::new();
-    let shown = eventually(LIMIT, || {
-        screen = tmux.screen();
-        screen.contains("waiting") && screen.contains(manager.client_id()) && screen.contains("TTL")
+    tmux.await_screen("the progress line shows the holder and its TTL", |screen| {
+        screen.contains("waiting for \"cli-progress\"")
+            && screen.contains(manager.client_id())
+            && screen.contains("TTL")
     });
-    assert!(
-        shown,
-        "the progress line shows the holder and its TTL:\n{screen}"
-    );
-
     guard.unlock().unwrap();
-    let cleared = eventually(LIMIT, || {
-        screen = tmux.screen();
+    tmux.await_screen("the line is cleared once acquired", |screen| {
         screen.contains("ACQUIRED") && !screen.contains("waiting")
     });
-    assert!(cleared, "the line is cleared once acquired:\n{screen}");
+}
+
+#[test]
+fn unlock_asks_on_a_terminal() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let guard = manager.lock("cli-ask").unwrap();
+    let url = server.url();
+    let argv = [BIN, "--url", &url, "unlock", "--force", "cli-ask"];
+
+    // "n": nothing happens, exit 1.
+    let Some(tmux) = Tmux::start(&argv) else {
+        return;
+    };
+    tmux.await_screen("the question names the holder", |screen| {
+        screen.contains("Delete it?") && screen.contains(manager.client_id())
+    });
+    tmux.keys(&["n", "Enter"]);
+    assert_eq!(tmux.exit_status(), 1);
+    assert!(exists(&server, "cli-ask"), "declined: still locked");
+    drop(tmux);
+
+    // "y": deleted.
+    let tmux = Tmux::start(&argv).expect("tmux was there a moment ago");
+    tmux.await_screen("the question", |screen| screen.contains("Delete it?"));
+    tmux.keys(&["y", "Enter"]);
+    assert_eq!(tmux.exit_status(), 0);
+    assert!(!exists(&server, "cli-ask"), "confirmed: deleted");
+    assert!(guard.unlock().unwrap_err().is_not_held());
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_reaches_the_command_once() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    // The command counts the SIGINTs it gets and exits 3 when the test says so. Ctrl-C goes to
+    // the whole foreground process group: redis-lock must not send the command a second one.
+    let script = r#"
+        trap 'echo INT >> "$1/ints"' INT
+        touch "$1/started"
+        while [ ! -e "$1/go" ]; do sleep 0.05; done
+        exit 3
+    "#;
+    let url = server.url();
+    let argv = [
+        BIN,
+        "--url",
+        &url,
+        "run",
+        "cli-ctrl-c",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        dir_arg,
+    ];
+    let Some(tmux) = Tmux::start(&argv) else {
+        return;
+    };
+    await_file(&dir.path().join("started"));
+    tmux.keys(&["C-c"]);
+    await_file(&dir.path().join("ints"));
+    // A second SIGINT, if one were sent, would come right after the first: give it time to
+    // show before looking (an absence cannot be awaited).
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(tmux.exit_status(), 3, "redis-lock exits as its command did");
+    let ints = std::fs::read_to_string(dir.path().join("ints")).unwrap();
+    assert_eq!(
+        ints.lines().count(),
+        1,
+        "the command got one SIGINT: {ints:?}"
+    );
+    assert!(!exists(&server, "cli-ctrl-c"), "the lock was released");
 }

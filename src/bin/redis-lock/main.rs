@@ -7,6 +7,25 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("the redis-lock command needs Linux (it signals its child through rustix)");
 
+/// Writes a line to stderr, prefixed `redis-lock: `. Unlike `eprintln!`, a stderr that cannot
+/// be written (a terminal that hung up, a closed pipe) is no panic: redis-lock must still wait
+/// for its command and release the lock.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "redis-lock: {}", format_args!($($arg)*));
+    }};
+}
+
+/// `println!` that ignores a closed stdout (`redis-lock status x | head -0`) instead of
+/// panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod duration;
 mod exit;
 mod progress;
@@ -208,7 +227,7 @@ fn main() -> ExitCode {
         Cmd::Unlock(args) => unlock::unlock(&cli.url, &args.name, args.force, args.yes),
     };
     let code = outcome.unwrap_or_else(|failure: Failure| {
-        eprintln!("redis-lock: {failure}");
+        note!("{failure}");
         failure.code
     });
     let _ = std::io::stdout().flush();

@@ -61,7 +61,7 @@ fn show_until(url: &str, name: &str, stopped: &Receiver<()>) {
             continue;
         }
         let state = look(url, name, &mut conn);
-        let line = format!("redis-lock: waiting {} for {name:?}: {state}", show(waited));
+        let line = format!("redis-lock: waiting for {name:?} {}; {state}", show(waited));
         let mut stderr = std::io::stderr().lock();
         let _ = write!(stderr, "{CLEAR}{}", fit(&line));
         let _ = stderr.flush();
@@ -85,8 +85,23 @@ fn look(url: &str, name: &str, conn: &mut Option<redis::Connection>) -> String {
     }
     let c = conn.as_mut().expect("connected above");
     match Snapshot::read(c, name) {
-        Ok(snapshot) if snapshot.owners.is_empty() => "free, acquiring".into(),
-        Ok(snapshot) => snapshot.describe(),
+        Ok(snapshot) => match snapshot.owners.first() {
+            None => "free, acquiring".into(),
+            // The TTL before the owner: when the line is cut to the terminal's width, the
+            // tail of the 36-character owner id is what goes.
+            Some(owner) => {
+                let ttl = snapshot.ttl.map_or_else(|| "none".into(), show);
+                let others = match snapshot.owners.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                };
+                format!(
+                    "TTL {ttl}, held by {}{others} ({})",
+                    owner.field,
+                    status::holds(&owner.holds)
+                )
+            }
+        },
         Err(err) => {
             *conn = None;
             format!("(cannot look: {err})")

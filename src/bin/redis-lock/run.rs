@@ -94,8 +94,8 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
                 if let Some(progress) = progress {
                     progress.finish();
                 }
-                eprintln!(
-                    "redis-lock: {} while waiting for {:?}; the command was not run",
+                note!(
+                    "{} while waiting for {:?}; the command was not run",
                     signal_name(origin.signal),
                     settings.name
                 );
@@ -120,10 +120,7 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
                 _ => "--wait 0: one attempt".into(),
             };
             let holder = describe_holder(url, &settings.name);
-            eprintln!(
-                "redis-lock: {:?} is {holder}; gave up ({waited})",
-                settings.name
-            );
+            note!("{:?} is {holder}; gave up ({waited})", settings.name);
             return Ok(settings.conflict_exit_code);
         }
     };
@@ -170,16 +167,16 @@ fn run_holding(
         Ok(()) => {}
         Err(err) if err.is_not_held() => {
             if !lost {
-                eprintln!(
-                    "redis-lock: lock {:?} was lost while the command ran (found when releasing it): \
+                note!(
+                    "lock {:?} was lost while the command ran (found when releasing it): \
                      the command may have overlapped with another holder",
                     settings.name
                 );
             }
             lost = true;
         }
-        Err(err) => eprintln!(
-            "redis-lock: releasing {:?} failed ({err}); its lease runs out by itself",
+        Err(err) => note!(
+            "releasing {:?} failed ({err}); its lease runs out by itself",
             settings.name
         ),
     }
@@ -212,8 +209,8 @@ fn watch(
             return Ok((status, lost_noticed));
         }
         if kill_at.is_some_and(|at| Instant::now() >= at) {
-            eprintln!(
-                "redis-lock: the command is still running {} after SIGTERM; sending SIGKILL",
+            note!(
+                "the command is still running {} after SIGTERM; sending SIGKILL",
                 show(settings.kill_after)
             );
             send(pid, Signal::KILL);
@@ -251,8 +248,8 @@ fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
     let name = &settings.name;
     match settings.on_lost {
         OnLost::Term => {
-            eprintln!(
-                "redis-lock: lock {name:?} was lost; sending SIGTERM to the command \
+            note!(
+                "lock {name:?} was lost; sending SIGTERM to the command \
                  (SIGKILL after {})",
                 show(settings.kill_after)
             );
@@ -260,13 +257,13 @@ fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
             Some(Instant::now() + settings.kill_after)
         }
         OnLost::Kill => {
-            eprintln!("redis-lock: lock {name:?} was lost; sending SIGKILL to the command");
+            note!("lock {name:?} was lost; sending SIGKILL to the command");
             send(pid, Signal::KILL);
             None
         }
         OnLost::Ignore => {
-            eprintln!(
-                "redis-lock: lock {name:?} was lost; the command goes on unprotected \
+            note!(
+                "lock {name:?} was lost; the command goes on unprotected \
                  (--on-lost ignore)"
             );
             None
@@ -283,7 +280,7 @@ fn sent_by_a_process(origin: &Origin) -> bool {
 
 fn send(pid: Pid, signal: Signal) {
     if let Err(err) = kill_process(pid, signal) {
-        eprintln!("redis-lock: cannot signal the command: {err}");
+        note!("cannot signal the command: {err}");
     }
 }
 
@@ -299,7 +296,7 @@ fn exit_code(status: ExitStatus) -> u8 {
 fn release(guard: LockGuard, name: &str, url: &str) {
     if let Err(err) = guard.unlock() {
         let failure = Failure::from_lock_error(err, url);
-        eprintln!("redis-lock: releasing {name:?} failed: {failure}");
+        note!("releasing {name:?} failed: {failure}");
     }
 }
 

@@ -65,7 +65,8 @@ fn owners(fields: Vec<(String, String)>) -> Vec<Owner> {
         .collect()
 }
 
-fn holds(count: &str) -> String {
+/// `1 hold`, `3 holds`.
+pub fn holds(count: &str) -> String {
     match count {
         "1" => "1 hold".into(),
         n => format!("{n} holds"),
@@ -106,9 +107,9 @@ pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
         ttl: ttl.filter(|_| held),
     };
     if json {
-        println!("{}", to_json(name, held, &snapshot));
+        say!("{}", to_json(name, held, &snapshot));
     } else {
-        println!("lock {name:?}: {}", snapshot.describe());
+        say!("lock {name:?}: {}", snapshot.describe());
     }
     Ok(0)
 }

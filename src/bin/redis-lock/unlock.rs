@@ -35,28 +35,30 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
     if confirm {
         // Show what would be deleted; also refuses a key that is not a lock before asking.
         if !lock.is_locked().map_err(fail)? {
-            println!("lock {name:?} is not held; nothing to unlock");
+            say!("lock {name:?} is not held; nothing to unlock");
             return Ok(0);
         }
         let mut conn = status::connect(url, name)?;
         let snapshot = Snapshot::read(&mut conn, name)
             .map_err(|err| Failure::from_redis_error(err, name, url))?;
-        eprint!(
+        let mut stderr = std::io::stderr();
+        let _ = write!(
+            stderr,
             "lock {name:?} is {}.\nDelete it? Its holder finds out only at its next renewal. [y/N] ",
             snapshot.describe()
         );
-        let _ = std::io::stderr().flush();
+        let _ = stderr.flush();
         let mut answer = String::new();
         let read = std::io::stdin().lock().read_line(&mut answer);
         if read.is_err() || !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            eprintln!("not unlocked");
+            note!("not unlocked");
             return Ok(DECLINED);
         }
     }
     if lock.force_unlock().map_err(fail)? {
-        println!("lock {name:?} deleted; its waiters were woken");
+        say!("lock {name:?} deleted; its waiters were woken");
     } else {
-        println!("lock {name:?} was not held; nothing to unlock");
+        say!("lock {name:?} was not held; nothing to unlock");
     }
     Ok(0)
 }
