@@ -243,13 +243,16 @@ fn watch(
     }
 }
 
+/// What a lost signal may mean; it does not say which.
+const WHY: &str = "its lease ran out unrenewed, or it was deleted or taken over";
+
 /// Tells the child as `--on-lost` says; returns when to send SIGKILL if it is still running.
 fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
     let name = &settings.name;
     match settings.on_lost {
         OnLost::Term => {
             note!(
-                "lock {name:?} was lost; sending SIGTERM to the command \
+                "lock {name:?} was lost ({WHY}); sending SIGTERM to the command \
                  (SIGKILL after {})",
                 show(settings.kill_after)
             );
@@ -257,13 +260,13 @@ fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
             Some(Instant::now() + settings.kill_after)
         }
         OnLost::Kill => {
-            note!("lock {name:?} was lost; sending SIGKILL to the command");
+            note!("lock {name:?} was lost ({WHY}); sending SIGKILL to the command");
             send(pid, Signal::KILL);
             None
         }
         OnLost::Ignore => {
             note!(
-                "lock {name:?} was lost; the command goes on unprotected \
+                "lock {name:?} was lost ({WHY}); the command goes on unprotected \
                  (--on-lost ignore)"
             );
             None
