@@ -1,0 +1,251 @@
+//! `redis-lock`: a distributed flock(1). Runs a command while holding a Redisson-compatible
+//! lock in Redis, shows who holds a lock, and deletes a stuck one.
+//!
+//! Built with the `cli` feature: `cargo install --path . --features cli`.
+#![forbid(unsafe_code)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("the redis-lock command needs Linux (it signals its child through rustix)");
+
+/// Writes a line to stderr, prefixed `redis-lock: `. Unlike `eprintln!`, a stderr that cannot
+/// be written (a terminal that hung up, a closed pipe) is no panic: redis-lock must still wait
+/// for its command and release the lock.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "redis-lock: {}", format_args!($($arg)*));
+    }};
+}
+
+/// `println!` that ignores a closed stdout (`redis-lock status x | head -0`) instead of
+/// panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+mod duration;
+mod exit;
+mod progress;
+mod run;
+mod status;
+mod unlock;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::Failure;
+use crate::run::{OnLost, RunSettings};
+
+const AFTER_HELP: &str = "\
+Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
+
+Exit codes:
+  (the command's)  run: the command's own exit code, or 128+N if signal N ended it
+  64   bad arguments (usage, durations, URL, lock name)
+  65   the key exists and is not a lock
+  69   Redis cannot be reached or failed
+  70   run: the lock was lost while the command ran (--on-lost term or kill)
+  75   run: not acquired within --wait (change with --conflict-exit-code)
+  126  run: the command cannot be executed
+  127  run: the command was not found
+  128+N  run: redis-lock got signal N while waiting; the command was not run
+
+Examples:
+  # cron: skip tonight's report if yesterday's still runs (on any machine)
+  redis-lock run nightly-report --wait 0 -- ./report.sh
+
+  # deploys one at a time; wait up to 10 minutes for the one before
+  redis-lock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2
+
+  # one job of the CI fleet at a time touches the shared staging database
+  REDIS_URL=redis://ci-redis:6379/ redis-lock run staging-db -- make migrate test
+
+  # who has it?
+  redis-lock status deploy:prod
+
+  # a lock whose holder is known to be gone for good
+  redis-lock unlock --force deploy:prod";
+
+const RUN_AFTER_HELP: &str = "\
+Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
+
+The lock is Redisson's: a hash at key NAME whose TTL the watchdog renews every third of
+--watchdog while the command runs. If redis-lock dies (SIGKILL, a crash, the machine), the lock
+expires within --watchdog. SIGINT, SIGTERM and SIGHUP sent to redis-lock are passed to the
+command (those from the terminal reach it directly); redis-lock then waits for it, releases
+the lock and exits as the command did. The command's environment has REDIS_LOCK_NAME, and
+with --fenced REDIS_LOCK_FENCING_TOKEN: a number that grows with every fenced acquisition of
+NAME, for the resource to refuse writes from an older holder.
+
+Exit codes: the command's own (128+N if signal N ended it); 64 bad arguments; 65 the key is
+not a lock; 69 Redis unreachable; 70 the lock was lost while the command ran (unless
+--on-lost ignore); 75 not acquired within --wait (--conflict-exit-code); 126/127 the command
+cannot be executed / was not found; 128+N signal N while waiting, the command not run.
+
+Examples:
+  redis-lock run nightly-report --wait 0 -- ./report.sh        # cron: skip if running
+  redis-lock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2   # deploys one at a time
+  redis-lock run staging-db -- make migrate test                # one CI job at a time";
+
+/// A distributed flock(1): run a command while holding a lock in Redis.
+///
+/// Locks are stored as Redisson's RLock stores them, so Java services using Redisson and
+/// programs using the redis-lock crate share them with this command.
+#[derive(Parser)]
+#[command(name = "redis-lock", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// The Redis server: redis://[user:password@]host[:port][/db], rediss:// for TLS, or
+    /// redis+unix:///path/to/socket.
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true, // it may carry a password
+        default_value = "redis://127.0.0.1:6379/",
+        value_name = "URL"
+    )]
+    url: String,
+
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Acquire the lock, run COMMAND while holding it, release it when COMMAND exits.
+    #[command(
+        after_help = RUN_AFTER_HELP,
+        override_usage = "redis-lock run [OPTIONS] <NAME> -- <COMMAND>..."
+    )]
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom (owner fields with hold counts), and its TTL.
+    Status(StatusArgs),
+    /// Delete a lock whoever holds it (Redisson's forceUnlock); its waiters are woken.
+    Unlock(UnlockArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The lock's name (its Redis key).
+    name: String,
+
+    /// Wait at most this long for the lock (0: one attempt); then exit with the conflict
+    /// code. Default: wait as long as it takes.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    wait: Option<Duration>,
+
+    /// A fixed lease instead of the watchdog: the lock expires this long after it was
+    /// acquired, even if the command still runs (which then counts as losing it).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_positive)]
+    lease: Option<Duration>,
+
+    /// The watchdog's lease, renewed every third of it while the command runs: how long the
+    /// lock outlives a redis-lock that was killed outright.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = duration::parse_positive,
+        conflicts_with = "lease"
+    )]
+    watchdog: Duration,
+
+    /// Take a fencing token and pass it to the command as REDIS_LOCK_FENCING_TOKEN.
+    #[arg(long)]
+    fenced: bool,
+
+    /// Exit code when the lock was not acquired within --wait (flock's -E).
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    conflict_exit_code: u8,
+
+    /// What the command gets when the lock is lost while it runs.
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
+    on_lost: OnLost,
+
+    /// With --on-lost term: send SIGKILL if the command still runs this long after SIGTERM.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = duration::parse_positive
+    )]
+    kill_after: Duration,
+
+    /// The command and its arguments; put `--` before it so that its options stay its own.
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    command: Vec<OsString>,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The lock's name (its Redis key).
+    name: String,
+    /// Print one JSON object: {"name", "held", "owners": [{"owner", "holds"}], "ttl_ms"}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct UnlockArgs {
+    /// The lock's name (its Redis key).
+    name: String,
+    /// Required: delete the lock whoever holds it. Its holder is not asked; it finds out at
+    /// its next renewal, and redis-lock run stops its command then.
+    #[arg(long)]
+    force: bool,
+    /// Do not ask for confirmation (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version print and succeed; every usage error is EX_USAGE (64),
+            // like the command's other bad arguments, not clap's default of 2.
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    let outcome = match cli.command {
+        Cmd::Run(args) => run::run(&cli.url, args.into_settings()),
+        Cmd::Status(args) => status::status(&cli.url, &args.name, args.json),
+        Cmd::Unlock(args) => unlock::unlock(&cli.url, &args.name, args.force, args.yes),
+    };
+    let code = outcome.unwrap_or_else(|failure: Failure| {
+        note!("{failure}");
+        failure.code
+    });
+    let _ = std::io::stdout().flush();
+    ExitCode::from(code)
+}
+
+impl RunArgs {
+    fn into_settings(self) -> RunSettings {
+        RunSettings {
+            name: self.name,
+            wait: self.wait,
+            lease: self.lease,
+            watchdog: self.watchdog,
+            fenced: self.fenced,
+            conflict_exit_code: self.conflict_exit_code,
+            on_lost: self.on_lost,
+            kill_after: self.kill_after,
+            command: self.command,
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! `redis-lock run NAME -- COMMAND...`: acquire, run the command as a child while the lock is
+//! held, release when it exits, and exit as it did.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+use redis_lock::{AcquireOptions, Lease, LockGuard, LockManager};
+use rustix::process::{kill_process, Pid, Signal};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::{Cause, Origin};
+
+use crate::duration::show;
+use crate::exit::{self, Failure};
+use crate::progress::Progress;
+
+/// What the child gets when the lock is lost under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnLost {
+    /// SIGTERM, then SIGKILL if it is still running after `--kill-after`.
+    Term,
+    /// SIGKILL at once.
+    Kill,
+    /// Nothing: a warning on stderr, and the command goes on unprotected.
+    Ignore,
+}
+
+/// `run`'s settings, as parsed from the command line.
+pub struct RunSettings {
+    pub name: String,
+    pub wait: Option<Duration>,
+    pub lease: Option<Duration>,
+    pub watchdog: Duration,
+    pub fenced: bool,
+    pub conflict_exit_code: u8,
+    pub on_lost: OnLost,
+    pub kill_after: Duration,
+    pub command: Vec<OsString>,
+}
+
+/// Even with nothing to wait for, the child is looked at this often: a safety net should a
+/// SIGCHLD ever be missed (signals of one kind are merged, never lost, but this costs nothing).
+const CHILD_CHECK: Duration = Duration::from_secs(1);
+
+pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
+    // The handlers go in first: from here on SIGINT, SIGTERM and SIGHUP no longer end
+    // redis-lock on the spot, so it always gets to signal its child, wait for it and release
+    // the lock. SIGCHLD tells it the child exited without polling.
+    let signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])
+        .map_err(|err| Failure::new(exit::OS, format!("cannot handle signals: {err}")))?;
+    let signals = forward_to_channel(signals)?;
+
+    let fail = |err| Failure::from_lock_error(err, url);
+    let manager = LockManager::builder(url)
+        .watchdog_timeout(settings.watchdog)
+        .build()
+        .map_err(fail)?;
+    let lock = manager.get_lock(&settings.name);
+    // One cheap look first, so that a bad name, an unreachable Redis or a key that is not a
+    // lock is reported as such before any waiting (and before the status line).
+    lock.is_locked().map_err(fail)?;
+
+    let mut options = AcquireOptions::new().fenced(settings.fenced);
+    if let Some(wait) = settings.wait {
+        options = options.wait(wait);
+    }
+    if let Some(lease) = settings.lease {
+        options = options.lease(Lease::Fixed(lease));
+    }
+    // The acquire blocks (woken by the holder's unlock message), so it gets a thread of its
+    // own and this one stays free to answer signals while it waits.
+    let (acquired_tx, acquired) = crossbeam_channel::bounded(1);
+    let acquiring = lock.clone();
+    std::thread::Builder::new()
+        .name("redis-lock-acquire".into())
+        .spawn(move || {
+            let _ = acquired_tx.send(acquiring.acquire(options));
+        })
+        .map_err(|err| Failure::new(exit::OS, format!("cannot start a thread: {err}")))?;
+
+    let progress = Progress::start(url, &settings.name);
+    let outcome = loop {
+        select! {
+            recv(acquired) -> outcome => break outcome.expect("the acquire thread always answers"),
+            recv(signals) -> origin => {
+                let origin = origin.expect("the signal thread runs as long as the process");
+                if origin.signal == SIGCHLD {
+                    continue; // no child yet: someone else's business
+                }
+                if let Some(progress) = progress {
+                    progress.finish();
+                }
+                note!(
+                    "{} while waiting for {:?}; the command was not run",
+                    signal_name(origin.signal),
+                    settings.name
+                );
+                // An acquire that completed meanwhile is released at once. One still in flight
+                // (its reply not yet read) leaves a hold that nobody renews: it expires after
+                // the watchdog timeout, as when a holder dies.
+                if let Ok(Ok(Some(guard))) = acquired.try_recv() {
+                    release(guard, &settings.name, url);
+                }
+                return Ok(128 + origin.signal as u8);
+            }
+        }
+    };
+    if let Some(progress) = progress {
+        progress.finish();
+    }
+    let guard = match outcome.map_err(fail)? {
+        Some(guard) => guard,
+        None => {
+            let waited = match settings.wait {
+                Some(wait) if !wait.is_zero() => format!("waited {}", show(wait)),
+                _ => "--wait 0: one attempt".into(),
+            };
+            let holder = describe_holder(url, &settings.name);
+            note!("{:?} is {holder}; gave up ({waited})", settings.name);
+            return Ok(settings.conflict_exit_code);
+        }
+    };
+    run_holding(guard, &settings, &signals, url)
+}
+
+/// Runs the command while `guard` holds the lock, then releases it.
+fn run_holding(
+    guard: LockGuard,
+    settings: &RunSettings,
+    signals: &Receiver<Origin>,
+    url: &str,
+) -> Result<u8, Failure> {
+    let (program, args) = settings
+        .command
+        .split_first()
+        .expect("clap requires a command");
+    let mut command = Command::new(program);
+    command.args(args).env("REDIS_LOCK_NAME", &settings.name);
+    if let Some(token) = guard.fencing_token() {
+        command.env("REDIS_LOCK_FENCING_TOKEN", token.to_string());
+    }
+    let lost = guard.lost_signal();
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            release(guard, &settings.name, url);
+            let code = match err.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            };
+            return Err(Failure::new(
+                code,
+                format!("cannot run {}: {err}", program.to_string_lossy()),
+            ));
+        }
+    };
+    let watched = watch(child, settings, signals, &lost);
+    // The child is reaped: release now, also after a failure to wait for it.
+    let released = guard.unlock();
+    let (status, lost_noticed) = watched?;
+    let mut lost = lost_noticed;
+    match released {
+        Ok(()) => {}
+        Err(err) if err.is_not_held() => {
+            if !lost {
+                note!(
+                    "lock {:?} was lost while the command ran (found when releasing it): \
+                     the command may have overlapped with another holder",
+                    settings.name
+                );
+            }
+            lost = true;
+        }
+        Err(err) => note!(
+            "releasing {:?} failed ({err}); its lease runs out by itself",
+            settings.name
+        ),
+    }
+    if lost && settings.on_lost != OnLost::Ignore {
+        return Ok(exit::LOST);
+    }
+    Ok(exit_code(status))
+}
+
+/// Waits for the child, forwarding signals and acting on a lost lock. Returns its status and
+/// whether the lock was found lost meanwhile.
+fn watch(
+    mut child: Child,
+    settings: &RunSettings,
+    signals: &Receiver<Origin>,
+    lost: &Receiver<()>,
+) -> Result<(ExitStatus, bool), Failure> {
+    // The child is only ever signalled before it is reaped (try_wait below), so its pid
+    // cannot have been reused by another process.
+    let pid = Pid::from_child(&child);
+    let never = crossbeam_channel::never();
+    let mut lost_signal = Some(lost);
+    let mut lost_noticed = false;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|err| Failure::new(exit::OS, format!("cannot wait for the command: {err}")))?
+        {
+            return Ok((status, lost_noticed));
+        }
+        if kill_at.is_some_and(|at| Instant::now() >= at) {
+            note!(
+                "the command is still running {} after SIGTERM; sending SIGKILL",
+                show(settings.kill_after)
+            );
+            send(pid, Signal::KILL);
+            kill_at = None;
+        }
+        let timeout = kill_at.map_or(CHILD_CHECK, |at| {
+            at.saturating_duration_since(Instant::now())
+                .min(CHILD_CHECK)
+        });
+        select! {
+            recv(signals) -> origin => {
+                let origin = origin.expect("the signal thread runs as long as the process");
+                if origin.signal != SIGCHLD && sent_by_a_process(&origin) {
+                    if let Some(signal) = Signal::from_named_raw(origin.signal) {
+                        send(pid, signal);
+                    }
+                }
+            }
+            recv(lost_signal.unwrap_or(&never)) -> message => match message {
+                Ok(()) => {
+                    lost_noticed = true;
+                    lost_signal = None; // told once
+                    kill_at = on_lost(settings, pid);
+                }
+                // Disconnected: the hold ended, which only releasing it here does.
+                Err(_) => lost_signal = None,
+            },
+            default(timeout) => {}
+        }
+    }
+}
+
+/// What a lost signal may mean; it does not say which.
+const WHY: &str = "its lease ran out unrenewed, or it was deleted or taken over";
+
+/// Tells the child as `--on-lost` says; returns when to send SIGKILL if it is still running.
+fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
+    let name = &settings.name;
+    match settings.on_lost {
+        OnLost::Term => {
+            note!(
+                "lock {name:?} was lost ({WHY}); sending SIGTERM to the command \
+                 (SIGKILL after {})",
+                show(settings.kill_after)
+            );
+            send(pid, Signal::TERM);
+            Some(Instant::now() + settings.kill_after)
+        }
+        OnLost::Kill => {
+            note!("lock {name:?} was lost ({WHY}); sending SIGKILL to the command");
+            send(pid, Signal::KILL);
+            None
+        }
+        OnLost::Ignore => {
+            note!(
+                "lock {name:?} was lost ({WHY}); the command goes on unprotected \
+                 (--on-lost ignore)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether to forward a signal: one sent by a process (`kill`) is meant for redis-lock alone
+/// and is passed on; one the kernel sent (Ctrl-C, a terminal hangup) went to the whole
+/// foreground process group, the child included, and is not sent to it a second time.
+fn sent_by_a_process(origin: &Origin) -> bool {
+    origin.cause != Cause::Kernel
+}
+
+fn send(pid: Pid, signal: Signal) {
+    if let Err(err) = kill_process(pid, signal) {
+        note!("cannot signal the command: {err}");
+    }
+}
+
+/// The child's exit code, or 128 + the signal that ended it, as shells report it.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
+        (None, None) => exit::OS,
+    }
+}
+
+fn release(guard: LockGuard, name: &str, url: &str) {
+    if let Err(err) = guard.unlock() {
+        let failure = Failure::from_lock_error(err, url);
+        note!("releasing {name:?} failed: {failure}");
+    }
+}
+
+/// `held by <owner> (1 hold), TTL ...` for the conflict message; less when the lock cannot be
+/// read (or was released just now).
+fn describe_holder(url: &str, name: &str) -> String {
+    let snapshot = crate::status::connect(url, name)
+        .ok()
+        .and_then(|mut conn| crate::status::Snapshot::read(&mut conn, name).ok());
+    match snapshot {
+        Some(snapshot) if !snapshot.owners.is_empty() => snapshot.describe(),
+        _ => "held by another owner".into(),
+    }
+}
+
+/// Moves the signals onto a channel read by a thread of their own, so that they can be
+/// selected together with the acquire, the lost signal and a timeout.
+fn forward_to_channel(mut signals: SignalsInfo<WithOrigin>) -> Result<Receiver<Origin>, Failure> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("redis-lock-signals".into())
+        .spawn(move || {
+            for origin in signals.forever() {
+                if tx.send(origin).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|err| Failure::new(exit::OS, format!("cannot start a thread: {err}")))?;
+    Ok(rx)
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}

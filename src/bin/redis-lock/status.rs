@@ -1,0 +1,135 @@
+//! `redis-lock status`: who holds a lock, how many times, and for how long yet; and the
+//! snapshot of a lock that the progress line and the unlock prompt show.
+
+use std::time::Duration;
+
+use redis_lock::LockManager;
+
+use crate::duration::show;
+use crate::exit::Failure;
+
+/// How long opening the plain connection may take (the library's default connect timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One owner field of a lock hash: `<client-uuid>:<thread-number>` and its hold count, kept as
+/// text when it is not a number (a foreign writer), so that nothing is hidden.
+pub struct Owner {
+    pub field: String,
+    pub holds: String,
+}
+
+/// What a lock looks like at one moment.
+pub struct Snapshot {
+    pub owners: Vec<Owner>,
+    /// The remaining TTL; `None` when the key is absent or has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+impl Snapshot {
+    /// Reads the lock hash and its TTL in one MULTI, so both describe the same moment.
+    pub fn read(conn: &mut redis::Connection, name: &str) -> redis::RedisResult<Snapshot> {
+        let (fields, pttl): (Vec<(String, String)>, i64) = redis::pipe()
+            .atomic()
+            .cmd("HGETALL")
+            .arg(name)
+            .cmd("PTTL")
+            .arg(name)
+            .query(conn)?;
+        Ok(Snapshot {
+            owners: owners(fields),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        })
+    }
+
+    /// `held by <owner> (1 hold), TTL 29.8s`, or `free`.
+    pub fn describe(&self) -> String {
+        let Some(first) = self.owners.first() else {
+            return "free".into();
+        };
+        let mut text = format!("held by {} ({})", first.field, holds(&first.holds));
+        if self.owners.len() > 1 {
+            text.push_str(&format!(" and {} more", self.owners.len() - 1));
+        }
+        match self.ttl {
+            Some(ttl) => text.push_str(&format!(", TTL {}", show(ttl))),
+            None => text.push_str(", no TTL"),
+        }
+        text
+    }
+}
+
+fn owners(fields: Vec<(String, String)>) -> Vec<Owner> {
+    fields
+        .into_iter()
+        .map(|(field, holds)| Owner { field, holds })
+        .collect()
+}
+
+/// `1 hold`, `3 holds`.
+pub fn holds(count: &str) -> String {
+    match count {
+        "1" => "1 hold".into(),
+        n => format!("{n} holds"),
+    }
+}
+
+/// A plain redis-rs connection to `url`, for what the library has no call for (the owner
+/// fields). Opened separately so that it never competes with the library's own connections.
+pub fn connect(url: &str, name: &str) -> Result<redis::Connection, Failure> {
+    redis::Client::open(url)
+        .and_then(|client| client.get_connection_with_timeout(CONNECT_TIMEOUT))
+        .map_err(|err| Failure::from_redis_error(err, name, url))
+}
+
+/// `redis-lock status NAME [--json]`. Exit 0 whether the lock is held or free: the answer is
+/// in the output.
+pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
+    let fail = |err| Failure::from_lock_error(err, url);
+    let manager = LockManager::new(url).map_err(fail)?;
+    let lock = manager.get_lock(name);
+    // The library's calls first: they refuse a bad name and a key that is not a lock.
+    let held = lock.is_locked().map_err(fail)?;
+    let ttl = lock.remaining_ttl().map_err(fail)?;
+    let owners = if held {
+        let mut conn = connect(url, name)?;
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(name)
+            .query(&mut conn)
+            .map_err(|err| Failure::from_redis_error(err, name, url))?;
+        owners(fields)
+    } else {
+        Vec::new()
+    };
+    // The three reads are not one moment: a lock released in between shows as free.
+    let held = held && !owners.is_empty();
+    let snapshot = Snapshot {
+        owners,
+        ttl: ttl.filter(|_| held),
+    };
+    if json {
+        say!("{}", to_json(name, held, &snapshot));
+    } else {
+        say!("lock {name:?}: {}", snapshot.describe());
+    }
+    Ok(0)
+}
+
+fn to_json(name: &str, held: bool, snapshot: &Snapshot) -> serde_json::Value {
+    let owners: Vec<serde_json::Value> = snapshot
+        .owners
+        .iter()
+        .map(|owner| {
+            let holds = match owner.holds.parse::<u64>() {
+                Ok(n) => serde_json::Value::from(n),
+                Err(_) => serde_json::Value::from(owner.holds.as_str()),
+            };
+            serde_json::json!({ "owner": owner.field, "holds": holds })
+        })
+        .collect();
+    serde_json::json!({
+        "name": name,
+        "held": held,
+        "owners": owners,
+        "ttl_ms": snapshot.ttl.map(|ttl| ttl.as_millis() as u64),
+    })
+}

@@ -1,0 +1,64 @@
+//! `redis-lock unlock --force NAME`: deletes a lock whoever holds it (`Lock::force_unlock`).
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use redis_lock::LockManager;
+
+use crate::exit::{self, Failure};
+use crate::status::{self, Snapshot};
+
+/// Exit code when the person at the terminal said no.
+const DECLINED: u8 = 1;
+
+pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failure> {
+    // The command cannot release a lock it holds (that ends with `run`), so the only unlock
+    // there is takes the lock away from someone: the flag makes that explicit.
+    if !force {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "unlock deletes {name:?} whoever holds it; say so with --force \
+                 (redis-lock unlock --force {name})"
+            ),
+        ));
+    }
+    let confirm = !yes;
+    if confirm && !std::io::stdin().is_terminal() {
+        return Err(Failure::new(
+            exit::USAGE,
+            "refusing to force-unlock without a terminal to confirm on; add --yes",
+        ));
+    }
+    let fail = |err| Failure::from_lock_error(err, url);
+    let manager = LockManager::new(url).map_err(fail)?;
+    let lock = manager.get_lock(name);
+    if confirm {
+        // Show what would be deleted; also refuses a key that is not a lock before asking.
+        if !lock.is_locked().map_err(fail)? {
+            say!("lock {name:?} is not held; nothing to unlock");
+            return Ok(0);
+        }
+        let mut conn = status::connect(url, name)?;
+        let snapshot = Snapshot::read(&mut conn, name)
+            .map_err(|err| Failure::from_redis_error(err, name, url))?;
+        let mut stderr = std::io::stderr();
+        let _ = write!(
+            stderr,
+            "lock {name:?} is {}.\nDelete it? Its holder finds out only at its next renewal. [y/N] ",
+            snapshot.describe()
+        );
+        let _ = stderr.flush();
+        let mut answer = String::new();
+        let read = std::io::stdin().lock().read_line(&mut answer);
+        if read.is_err() || !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+            note!("not unlocked");
+            return Ok(DECLINED);
+        }
+    }
+    if lock.force_unlock().map_err(fail)? {
+        say!("lock {name:?} deleted; its waiters were woken");
+    } else {
+        say!("lock {name:?} was not held; nothing to unlock");
+    }
+    Ok(0)
+}

@@ -1,0 +1,669 @@
+//! The `redis-lock` command (feature `cli`), run as a person or a script would run it: its
+//! exclusion between processes, exit codes, signals, a lock lost under its command, `status`,
+//! `unlock`, and the progress line on a real terminal (inside tmux).
+//!
+//! Run with `cargo test --features cli --test cli`. Every test starts its own redis-server.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock::LockManager;
+use support::{eventually, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+
+/// Every wait on another process is bounded by this: generous, for a loaded 2-core machine.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `redis-lock --url <server> ARGS`, with no terminal and none of the caller's REDIS_URL.
+fn redis_lock(server: &RedisServer, args: &[&str]) -> Command {
+    redis_lock_at(&server.url(), args)
+}
+
+/// `redis-lock --url URL ARGS`, with no terminal and none of the caller's REDIS_URL.
+fn redis_lock_at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--url")
+        .arg(url)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to the end (within [`LIMIT`]) and returns its output.
+fn output(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock");
+    let mut child = KillOnDrop(child);
+    let status = wait_limited(&mut child.0, LIMIT);
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Waits for `child` to exit, up to `limit`; panics (the child is killed by its guard) if
+/// it does not.
+fn wait_limited(child: &mut Child, limit: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "redis-lock did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.conn().exists(key).expect("EXISTS")
+}
+
+fn sigterm(child: &Child) {
+    let pid = rustix::process::Pid::from_child(child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill -TERM");
+}
+
+/// Waits until `path` exists (a child's "I got here").
+fn await_file(path: &Path) {
+    assert!(
+        eventually(LIMIT, || path.exists()),
+        "{} never appeared",
+        path.display()
+    );
+}
+
+#[test]
+fn runs_on_one_name_never_overlap() {
+    const PROCESSES: usize = 3;
+    const RUNS_EACH: usize = 4;
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("counter"), "0").unwrap();
+    // A read-modify-write that a second process inside would spoil, and a marker that must
+    // be absent on entry: any overlap shows in one or the other.
+    let script = r#"
+        cd "$1" || exit 90
+        if [ -e inside ]; then echo overlap >> errors; exit 91; fi
+        touch inside
+        n=$(cat counter)
+        sleep 0.05
+        echo $((n + 1)) > counter
+        rm inside
+    "#;
+    let dir_arg = dir.path().to_str().unwrap().to_owned();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(PROCESSES));
+    let workers: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            let (url, dir_arg, barrier) = (server.url(), dir_arg.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait(); // all start together, so they really contend
+                for _ in 0..RUNS_EACH {
+                    let mut cmd = Command::new(BIN);
+                    cmd.args(["--url", &url, "run", "cli-counter", "--"])
+                        .args(["sh", "-c", script, "sh", &dir_arg])
+                        .env_remove("REDIS_URL")
+                        .stdin(Stdio::null());
+                    let out = output(cmd);
+                    assert!(
+                        out.status.success(),
+                        "a run failed: {} {}",
+                        out.status,
+                        stderr_of(&out)
+                    );
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker");
+    }
+    assert!(
+        !dir.path().join("errors").exists(),
+        "two commands were inside at once"
+    );
+    let total: usize = std::fs::read_to_string(dir.path().join("counter"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(total, PROCESSES * RUNS_EACH, "lost updates mean overlap");
+    assert!(!exists(&server, "cli-counter"), "the lock was left behind");
+}
+
+#[test]
+fn wait_zero_gives_the_conflict_code_and_names_the_holder() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let guard = manager.lock("cli-busy").unwrap();
+
+    let out = output(redis_lock(
+        &server,
+        &["run", "cli-busy", "--wait", "0", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(manager.client_id()),
+        "the message names the holder: {}",
+        stderr_of(&out)
+    );
+
+    let out = output(redis_lock(
+        &server,
+        &[
+            "run",
+            "cli-busy",
+            "--wait",
+            "0",
+            "--conflict-exit-code",
+            "9",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr_of(&out));
+
+    // A bounded wait gives up no sooner than asked.
+    let started = Instant::now();
+    let out = output(redis_lock(
+        &server,
+        &["run", "cli-busy", "--wait", "300ms", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    guard.unlock().unwrap();
+    let out = output(redis_lock(
+        &server,
+        &["run", "cli-busy", "--wait", "0", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+#[test]
+fn the_commands_exit_status_passes_through() {
+    let server = RedisServer::start();
+    let run = |command: &[&str]| {
+        let mut args = vec!["run", "cli-status", "--fenced", "--"];
+        args.extend_from_slice(command);
+        output(redis_lock(&server, &args))
+    };
+    assert_eq!(run(&["sh", "-c", "exit 3"]).status.code(), Some(3));
+    // Killed by a signal: 128 + its number, as shells say.
+    assert_eq!(run(&["sh", "-c", "kill -9 $$"]).status.code(), Some(137));
+    // The command sees the lock's name and its fencing token.
+    let out = run(&[
+        "sh",
+        "-c",
+        r#"[ "$REDIS_LOCK_NAME" = cli-status ] && [ "$REDIS_LOCK_FENCING_TOKEN" -gt 0 ]"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let out = run(&["no-such-command-for-redis-lock"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr_of(&out).contains("no-such-command-for-redis-lock"));
+    assert!(
+        !exists(&server, "cli-status"),
+        "every run released the lock"
+    );
+}
+
+#[test]
+fn sigterm_reaches_the_command_and_the_lock_is_released() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+        trap 'echo term > "$1/term"; exit 7' TERM
+        touch "$1/started"
+        while :; do sleep 0.1; done
+    "#;
+    let mut cmd = redis_lock(
+        &server,
+        &["run", "cli-signal", "--", "sh", "-c", script, "sh"],
+    );
+    cmd.arg(dir.path()).stdout(Stdio::null());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+    assert!(exists(&server, "cli-signal"), "held while the command runs");
+
+    sigterm(&child.0);
+    let status = wait_limited(&mut child.0, LIMIT);
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "redis-lock exits as its command did"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("term"))
+            .unwrap()
+            .trim(),
+        "term",
+        "the command got the SIGTERM"
+    );
+    assert!(!exists(&server, "cli-signal"), "the lock was released");
+}
+
+#[test]
+fn a_lock_lost_under_the_command_stops_it_with_70() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A 3 s watchdog renews every second, so the loss is noticed within about a second.
+    let mut cmd = redis_lock(
+        &server,
+        &["run", "cli-lost", "--watchdog", "3s", "--", "sh", "-c"],
+    );
+    cmd.args([r#"touch "$1/started"; exec sleep 60"#, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+
+    // Taken away by another client, as an operator would.
+    let out = output(redis_lock(
+        &server,
+        &["unlock", "--force", "--yes", "cli-lost"],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+
+    let status = wait_limited(&mut child.0, LIMIT);
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(70), "{stderr}");
+    assert!(stderr.contains("was lost"), "{stderr}");
+}
+
+#[test]
+fn with_on_lost_ignore_the_command_goes_on() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The command runs until the test says the loss was noticed, then exits 5.
+    let script = r#"touch "$1/started"; while [ ! -e "$1/go" ]; do sleep 0.05; done; exit 5"#;
+    let mut cmd = redis_lock(
+        &server,
+        &[
+            "run",
+            "cli-ignore",
+            "--watchdog",
+            "3s",
+            "--on-lost",
+            "ignore",
+        ],
+    );
+    cmd.args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+    let _: () = server.conn().del("cli-ignore").unwrap();
+
+    // redis-lock says it noticed (its first line on stderr), and the command is left alone.
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains("was lost"), "{line}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = wait_limited(&mut child.0, LIMIT);
+    assert_eq!(status.code(), Some(5), "the command's own status");
+}
+
+#[test]
+fn bad_arguments_exit_64_and_no_redis_69() {
+    let server = RedisServer::start();
+    let usage = |args: &[&str], says: &str| {
+        let out = output(redis_lock(&server, args));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?} should say {says:?}: {stderr}"
+        );
+    };
+    usage(&["run", "x", "--wait", "5y", "--", "true"], "unknown unit");
+    usage(&["run", "x", "--wait", "soon", "--", "true"], "500ms, 10s");
+    usage(
+        &["run", "x", "--lease", "0", "--", "true"],
+        "more than zero",
+    );
+    usage(&["run", "x", "--on-lost", "later", "--", "true"], "term");
+    usage(&["run", "x"], "COMMAND");
+    usage(
+        &["run", "x", "--no-such-flag", "--", "true"],
+        "--no-such-flag",
+    );
+    usage(&["frobnicate"], "frobnicate");
+    usage(&["run", "", "--", "true"], "invalid lock name");
+    usage(&["unlock", "x"], "--force");
+    // No terminal to confirm on, and no --yes.
+    usage(&["unlock", "--force", "x"], "--yes");
+
+    let out = output(redis_lock_at("foo://", &["status", "x"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("invalid Redis URL"));
+
+    let nobody = format!("redis://127.0.0.1:{}/", support::free_port());
+    for args in [&["status", "x"][..], &["run", "x", "--", "true"]] {
+        let out = output(redis_lock_at(&nobody, args));
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("cannot connect"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+
+    // --help is no error.
+    let out = output(redis_lock(&server, &["run", "--help"]));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nightly-report --wait 0"));
+}
+
+#[test]
+fn status_json_names_the_holder_and_its_ttl() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let status = || {
+        let out = output(redis_lock(
+            &server,
+            &["status", "cli-status-json", "--json"],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status --json is JSON")
+    };
+    let guard = manager.lock("cli-status-json").unwrap();
+    let held = status();
+    assert_eq!(held["name"], "cli-status-json");
+    assert_eq!(held["held"], true);
+    let owners = held["owners"].as_array().expect("owners");
+    assert_eq!(owners.len(), 1);
+    let owner = owners[0]["owner"].as_str().unwrap();
+    assert!(
+        owner.starts_with(&format!("{}:", manager.client_id())),
+        "{owner}"
+    );
+    assert_eq!(owners[0]["holds"], 1);
+    let ttl = held["ttl_ms"].as_u64().expect("a TTL");
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    // The plain text says the same.
+    let out = output(redis_lock(&server, &["status", "cli-status-json"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(manager.client_id()) && text.contains("TTL"),
+        "{text}"
+    );
+
+    guard.unlock().unwrap();
+    let free = status();
+    assert_eq!(free["held"], false);
+    assert_eq!(free["owners"].as_array().unwrap().len(), 0);
+    assert!(free["ttl_ms"].is_null());
+
+    // A key that is not a lock is named as such, for status, run and unlock alike.
+    let _: () = server.conn().set("cli-not-a-lock", "text").unwrap();
+    for args in [
+        &["status", "cli-not-a-lock"][..],
+        &["run", "cli-not-a-lock", "--wait", "0", "--", "true"],
+        &["unlock", "--force", "--yes", "cli-not-a-lock"],
+    ] {
+        let out = output(redis_lock(&server, args));
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("not a lock"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+    let value: String = server.conn().get("cli-not-a-lock").unwrap();
+    assert_eq!(value, "text", "left untouched");
+}
+
+/// A terminal: a tmux server on a private socket running one program in one pane. Killed on
+/// drop.
+///
+/// The program runs under bash, which writes its exit status to a file: tmux's own
+/// `pane_dead_status` is sometimes left empty when a pane's program exits. bash, unlike dash,
+/// goes on after a Ctrl-C that its child survived, so the status is written then too.
+struct Tmux {
+    socket: std::path::PathBuf,
+    status_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    /// Starts `argv` in a 200x10 pane (wide enough for a whole status line), or `None` (with a
+    /// notice) when tmux is not installed.
+    fn start(argv: &[&str]) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!(
+                "SKIPPED: tmux is not installed (apt-get install -y tmux): no terminal to run on"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tmux = Tmux {
+            socket: dir.path().join("tmux.sock"),
+            status_file: dir.path().join("status"),
+            _dir: dir,
+        };
+        let started = tmux
+            .command()
+            // No user or system configuration: the same terminal everywhere.
+            .args(["-f", "/dev/null", "new-session", "-d", "-s", "cli"])
+            .args(["-x", "200", "-y", "10", "--"])
+            .args([
+                "bash",
+                "-c",
+                r#""$@"; echo $? > "$0.tmp"; mv "$0.tmp" "$0""#,
+            ])
+            .arg(&tmux.status_file)
+            .args(argv)
+            .env_remove("REDIS_URL")
+            .env("TERM", "xterm")
+            .status()
+            .expect("tmux new-session");
+        assert!(started.success(), "tmux new-session failed");
+        Some(tmux)
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("tmux");
+        cmd.arg("-S").arg(&self.socket).stdin(Stdio::null());
+        cmd
+    }
+
+    /// What the pane shows now. Each look runs tmux; a pause first keeps the polling light.
+    fn screen(&self) -> String {
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self
+            .command()
+            .args(["capture-pane", "-p", "-t", "cli"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen passes `check`; panics with the screen if it never does.
+    fn await_screen(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let mut screen = String::new();
+        let seen = eventually(LIMIT, || {
+            screen = self.screen();
+            check(&screen)
+        });
+        assert!(seen, "{what}; the screen:\n{screen}");
+        screen
+    }
+
+    /// Types `keys` (tmux key names: "y", "Enter", "C-c").
+    fn keys(&self, keys: &[&str]) {
+        let sent = self
+            .command()
+            .args(["send-keys", "-t", "cli"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(sent.success(), "tmux send-keys failed");
+    }
+
+    /// The program's exit status once it has exited (within [`LIMIT`]).
+    fn exit_status(&self) -> i32 {
+        let exited = eventually(LIMIT, || self.status_file.exists());
+        assert!(exited, "the program did not exit:\n{}", self.screen());
+        let status = std::fs::read_to_string(&self.status_file).unwrap();
+        status.trim().parse().expect("an exit status")
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").output();
+    }
+}
+
+#[test]
+fn the_progress_line_on_a_terminal_shows_the_holder_and_ttl() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let guard = manager.lock("cli-progress").unwrap();
+    let url = server.url();
+    let argv = [BIN, "--url", &url, "run", "cli-progress", "--"];
+    // The command stays on: what a pane shows after its program exited is not reliable.
+    let Some(tmux) = Tmux::start(&[&argv[..], &["sh", "-c", "echo ACQUIRED; sleep 60"]].concat())
+    else {
+        return;
+    };
+    tmux.await_screen("the progress line shows the holder and its TTL", |screen| {
+        screen.contains("waiting for \"cli-progress\"")
+            && screen.contains(manager.client_id())
+            && screen.contains("TTL")
+    });
+    guard.unlock().unwrap();
+    tmux.await_screen("the line is cleared once acquired", |screen| {
+        screen.contains("ACQUIRED") && !screen.contains("waiting")
+    });
+}
+
+#[test]
+fn unlock_asks_on_a_terminal() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let guard = manager.lock("cli-ask").unwrap();
+    let url = server.url();
+    let argv = [BIN, "--url", &url, "unlock", "--force", "cli-ask"];
+
+    // "n": nothing happens, exit 1.
+    let Some(tmux) = Tmux::start(&argv) else {
+        return;
+    };
+    tmux.await_screen("the question names the holder", |screen| {
+        screen.contains("Delete it?") && screen.contains(manager.client_id())
+    });
+    tmux.keys(&["n", "Enter"]);
+    assert_eq!(tmux.exit_status(), 1);
+    assert!(exists(&server, "cli-ask"), "declined: still locked");
+    drop(tmux);
+
+    // "y": deleted.
+    let tmux = Tmux::start(&argv).expect("tmux was there a moment ago");
+    tmux.await_screen("the question", |screen| screen.contains("Delete it?"));
+    tmux.keys(&["y", "Enter"]);
+    assert_eq!(tmux.exit_status(), 0);
+    assert!(!exists(&server, "cli-ask"), "confirmed: deleted");
+    assert!(guard.unlock().unwrap_err().is_not_held());
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_reaches_the_command_once() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    // The command counts the SIGINTs it gets and exits 3 when the test says so. Ctrl-C goes to
+    // the whole foreground process group: redis-lock must not send the command a second one.
+    let script = r#"
+        trap 'echo INT >> "$1/ints"' INT
+        touch "$1/started"
+        while [ ! -e "$1/go" ]; do sleep 0.05; done
+        exit 3
+    "#;
+    let url = server.url();
+    let argv = [
+        BIN,
+        "--url",
+        &url,
+        "run",
+        "cli-ctrl-c",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        dir_arg,
+    ];
+    let Some(tmux) = Tmux::start(&argv) else {
+        return;
+    };
+    await_file(&dir.path().join("started"));
+    tmux.keys(&["C-c"]);
+    await_file(&dir.path().join("ints"));
+    // A second SIGINT, if one were sent, would come right after the first: give it time to
+    // show before looking (an absence cannot be awaited).
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(tmux.exit_status(), 3, "redis-lock exits as its command did");
+    let ints = std::fs::read_to_string(dir.path().join("ints")).unwrap();
+    assert_eq!(
+        ints.lines().count(),
+        1,
+        "the command got one SIGINT: {ints:?}"
+    );
+    assert!(!exists(&server, "cli-ctrl-c"), "the lock was released");
+}
