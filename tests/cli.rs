@@ -667,3 +667,53 @@ fn ctrl_c_at_the_terminal_reaches_the_command_once() {
     );
     assert!(!exists(&server, "cli-ctrl-c"), "the lock was released");
 }
+
+#[test]
+fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let status = |name: &str| {
+        let out = output(redis_lock(&server, &["status", name, "--json"]));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status --json is JSON")
+    };
+
+    // Readers: the hash's `mode` field is shown as the mode, not as an owner.
+    let read = manager
+        .get_read_write_lock("cli-rw")
+        .read_lock()
+        .lock()
+        .unwrap();
+    let rw = status("cli-rw");
+    assert_eq!(rw["held"], true);
+    assert_eq!(rw["mode"], "read");
+    let owners = rw["owners"].as_array().expect("owners");
+    assert_eq!(owners.len(), 1, "{rw}");
+    assert_ne!(owners[0]["owner"], "mode");
+    read.unlock().unwrap();
+
+    // A fair lock with one waiter queued behind its holder.
+    let holder = manager.get_fair_lock("cli-fair").lock().unwrap();
+    let waiter = {
+        let manager = manager.clone();
+        std::thread::spawn(move || {
+            let guard = manager
+                .get_fair_lock("cli-fair")
+                .try_lock(Duration::from_secs(20))
+                .unwrap()
+                .expect("the waiter gets the lock once the holder lets go");
+            guard.unlock().unwrap();
+        })
+    };
+    let queued = support::eventually(Duration::from_secs(10), || {
+        status("cli-fair")["queue"].as_array().map(Vec::len) == Some(1)
+    });
+    assert!(queued, "the waiter is listed in the queue");
+    assert!(status("cli-fair")["mode"].is_null());
+    holder.unlock().unwrap();
+    waiter.join().unwrap();
+    assert_eq!(
+        status("cli-fair")["queue"].as_array().map(Vec::len),
+        Some(0)
+    );
+}

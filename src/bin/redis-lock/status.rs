@@ -90,16 +90,27 @@ pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
     // The library's calls first: they refuse a bad name and a key that is not a lock.
     let held = lock.is_locked().map_err(fail)?;
     let ttl = lock.remaining_ttl().map_err(fail)?;
-    let owners = if held {
-        let mut conn = connect(url, name)?;
+    let mut conn = connect(url, name)?;
+    let redis_error = |err| Failure::from_redis_error(err, name, url);
+    let (mut owners, mut mode) = (Vec::new(), None);
+    if held {
         let fields: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(name)
             .query(&mut conn)
-            .map_err(|err| Failure::from_redis_error(err, name, url))?;
-        owners(fields)
-    } else {
-        Vec::new()
-    };
+            .map_err(redis_error)?;
+        // A read-write lock's hash also has its `mode` (read or write), which is no owner.
+        let (modes, holders): (Vec<_>, Vec<_>) =
+            fields.into_iter().partition(|(field, _)| field == "mode");
+        mode = modes.into_iter().next().map(|(_, mode)| mode);
+        owners = self::owners(holders);
+    }
+    // A fair lock's waiters, first in line first (empty for the other kinds).
+    let queue: Vec<String> = redis::cmd("LRANGE")
+        .arg(queue_key(name))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .map_err(redis_error)?;
     // The three reads are not one moment: a lock released in between shows as free.
     let held = held && !owners.is_empty();
     let snapshot = Snapshot {
@@ -107,11 +118,31 @@ pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
         ttl: ttl.filter(|_| held),
     };
     if json {
-        say!("{}", to_json(name, held, &snapshot));
+        let mut value = to_json(name, held, &snapshot);
+        value["mode"] = mode.clone().into();
+        value["queue"] = queue.clone().into();
+        say!("{value}");
     } else {
-        say!("lock {name:?}: {}", snapshot.describe());
+        let mut text = snapshot.describe();
+        if let Some(mode) = &mode {
+            text.push_str(&format!(", {mode} mode"));
+        }
+        if !queue.is_empty() {
+            text.push_str(&format!(", {} queued (fair lock)", queue.len()));
+        }
+        say!("lock {name:?}: {text}");
     }
     Ok(0)
+}
+
+/// The fair lock's queue of waiting owners, `redisson_lock_queue:{name}` (Redisson's brace
+/// rule: no braces added when the name has some).
+fn queue_key(name: &str) -> String {
+    if name.contains('{') {
+        format!("redisson_lock_queue:{name}")
+    } else {
+        format!("redisson_lock_queue:{{{name}}}")
+    }
 }
 
 fn to_json(name: &str, held: bool, snapshot: &Snapshot) -> serde_json::Value {
