@@ -19,7 +19,8 @@
  * REDIS_LOCK_OK, redis_lock_last_error() describes it (per thread, like errno). NULL pointers
  * and strings that are not UTF-8 are REDIS_LOCK_INVALID_ARGUMENT, never a crash.
  *
- * Link with -lredis_lock (shared) or libredis_lock.a plus -lpthread -ldl -lm (static).
+ * Link with `pkg-config --libs redis_lock` or CMake's redis_lock::redis_lock after
+ * scripts/install-c (docs/C.md), or with libredis_lock.a plus -lpthread -ldl -lm (static).
  */
 
 #ifndef REDIS_LOCK_H
@@ -111,6 +112,75 @@ typedef struct {
    */
   uint64_t response_timeout_ms;
 } redis_lock_options;
+
+/**
+ * A snapshot of a manager's counters since it was created (`redis_lock_manager_stats`), the
+ * C form of the Rust `Stats`. Every counter only grows; report rates as differences between
+ * two snapshots.
+ *
+ * They count what this client sends and sees, not what Redis executes: a script call is one
+ * command however many commands it runs inside Redis.
+ *
+ * The library writes the whole struct, so its size is part of the ABI: fields are only ever
+ * added at the end, in a release with a new soname.
+ */
+typedef struct {
+  /**
+   * Commands sent to Redis, on pooled and pub/sub connections alike; each command of a
+   * pipeline counts.
+   */
+  uint64_t commands;
+  /**
+   * Round trips to Redis: a pipeline of many commands counts once.
+   */
+  uint64_t round_trips;
+  /**
+   * Successful acquisitions (re-entries included).
+   */
+  uint64_t acquisitions;
+  /**
+   * Acquisitions that had to wait: the lock was held when first tried.
+   */
+  uint64_t waits;
+  /**
+   * The time those waits took, added up, in microseconds.
+   */
+  uint64_t wait_time_us;
+  /**
+   * Renewal sweeps the watchdog sent (each one round trip for all locks due).
+   */
+  uint64_t renewal_sweeps;
+  /**
+   * Holds renewed (one per hold per sweep).
+   */
+  uint64_t renewals;
+  /**
+   * Renewal sweeps that failed (Redis unreachable or too slow); they are retried.
+   */
+  uint64_t renewal_failures;
+  /**
+   * Holds found lost: gone at a renewal (expired, force-unlocked or taken over), or whose
+   * confirmed lease ran out without a renewal.
+   */
+  uint64_t holds_lost;
+  /**
+   * Unlock messages received for locks that local threads wait for.
+   */
+  uint64_t wakeups;
+  /**
+   * Connections opened again after one was found dead (the pub/sub listener's and pooled
+   * ones).
+   */
+  uint64_t reconnects;
+  /**
+   * Releases that acquired the lock for the next local thread in the same script call.
+   */
+  uint64_t local_handoffs;
+  /**
+   * Releases that left the lock free because other clients were waiting for it.
+   */
+  uint64_t yields;
+} redis_lock_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -424,6 +494,18 @@ redis_lock_result redis_lock_write_try_lock(redis_lock_manager *m,
                                             const char *name,
                                             uint64_t wait_ms,
                                             redis_lock_guard **out);
+
+/**
+ * Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics
+ * scrape. The counters cover the manager since it was created, with every thread using it.
+ *
+ * Errors: `REDIS_LOCK_INVALID_ARGUMENT` when `m` or `out` is NULL (`*out` is then left as it
+ * was).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `out` is NULL or valid for a write.
+ */
+redis_lock_result redis_lock_manager_stats(const redis_lock_manager *m, redis_lock_stats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -153,6 +153,9 @@
 //!   counting while the machine is suspended (`std::time::Instant` does not).
 //! - `rustls` (feature `tls`, on by default): the crypto provider (ring) for `rediss://`,
 //!   which redis-rs implements with rustls.
+//! - `metrics` (feature `metrics`, off by default): `redis_lock::metrics::MetricsExporter`
+//!   publishes a manager's [`Stats`] through this facade, for programs that already export
+//!   through it.
 //!
 //! The connection pool is a small one of our own (`src/pool.rs` says why not r2d2).
 #![deny(missing_docs)]
@@ -172,6 +175,8 @@ mod kind;
 mod line;
 mod lock;
 mod manager;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod names;
 mod options;
 mod owner;

@@ -229,6 +229,24 @@ static void fencing(redis_lock_manager *m) {
     redis_lock_guard_free(second);
 }
 
+static void stats(redis_lock_manager *m) {
+    redis_lock_stats before, after;
+    memset(&before, 0, sizeof before);
+    EXPECT(redis_lock_manager_stats(NULL, &before), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_manager_stats(m, NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_manager_stats(m, &before), REDIS_LOCK_OK);
+    /* The tour so far locked and unlocked through this manager, on this thread alone. */
+    CHECK(before.acquisitions >= 1);
+    CHECK(before.round_trips >= 1 && before.commands >= before.round_trips);
+    redis_lock_guard *g = NULL;
+    EXPECT(redis_lock_lock(m, "tour:stats", &g), REDIS_LOCK_OK);
+    EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
+    EXPECT(redis_lock_manager_stats(m, &after), REDIS_LOCK_OK);
+    CHECK(after.acquisitions == before.acquisitions + 1);
+    CHECK(after.round_trips >= before.round_trips + 2); /* the acquire and the release */
+    CHECK(after.waits == before.waits && after.wait_time_us == before.wait_time_us);
+}
+
 static void wrong_type(redis_lock_manager *m, const char *host, int port) {
     redisContext *redis = redisConnect(host, port);
     CHECK(redis != NULL && redis->err == 0);
@@ -304,6 +322,7 @@ int main(int argc, char **argv) {
     force_unlock(m);
     fencing(m);
     other_kinds(m);
+    stats(m);
     wrong_type(m, argv[1], atoi(argv[2]));
     redis_lock_manager_free(m);
     watchdog_and_lifetime(url);

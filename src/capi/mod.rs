@@ -14,3 +14,4 @@ mod fair_lock;
 mod lock;
 mod manager;
 mod read_write_lock;
+mod stats;

@@ -1,0 +1,169 @@
+//! `redis_lock_stats`: a manager's counters for C programs' metrics and logs.
+
+use super::boundary::{guarded, redis_lock_result, ref_arg, write_out};
+use super::manager::redis_lock_manager;
+use crate::stats::Stats;
+
+/// A snapshot of a manager's counters since it was created (`redis_lock_manager_stats`), the
+/// C form of the Rust `Stats`. Every counter only grows; report rates as differences between
+/// two snapshots.
+///
+/// They count what this client sends and sees, not what Redis executes: a script call is one
+/// command however many commands it runs inside Redis.
+///
+/// The library writes the whole struct, so its size is part of the ABI: fields are only ever
+/// added at the end, in a release with a new soname.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct redis_lock_stats {
+    /// Commands sent to Redis, on pooled and pub/sub connections alike; each command of a
+    /// pipeline counts.
+    pub commands: u64,
+    /// Round trips to Redis: a pipeline of many commands counts once.
+    pub round_trips: u64,
+    /// Successful acquisitions (re-entries included).
+    pub acquisitions: u64,
+    /// Acquisitions that had to wait: the lock was held when first tried.
+    pub waits: u64,
+    /// The time those waits took, added up, in microseconds.
+    pub wait_time_us: u64,
+    /// Renewal sweeps the watchdog sent (each one round trip for all locks due).
+    pub renewal_sweeps: u64,
+    /// Holds renewed (one per hold per sweep).
+    pub renewals: u64,
+    /// Renewal sweeps that failed (Redis unreachable or too slow); they are retried.
+    pub renewal_failures: u64,
+    /// Holds found lost: gone at a renewal (expired, force-unlocked or taken over), or whose
+    /// confirmed lease ran out without a renewal.
+    pub holds_lost: u64,
+    /// Unlock messages received for locks that local threads wait for.
+    pub wakeups: u64,
+    /// Connections opened again after one was found dead (the pub/sub listener's and pooled
+    /// ones).
+    pub reconnects: u64,
+    /// Releases that acquired the lock for the next local thread in the same script call.
+    pub local_handoffs: u64,
+    /// Releases that left the lock free because other clients were waiting for it.
+    pub yields: u64,
+}
+
+impl From<Stats> for redis_lock_stats {
+    fn from(stats: Stats) -> Self {
+        // Spelled out field by field (no `..`), so a counter added to `Stats` fails to compile
+        // here until the C struct has it too.
+        let Stats {
+            commands,
+            round_trips,
+            acquisitions,
+            waits,
+            wait_time,
+            renewal_sweeps,
+            renewals,
+            renewal_failures,
+            holds_lost,
+            wakeups,
+            reconnects,
+            local_handoffs,
+            yields,
+        } = stats;
+        redis_lock_stats {
+            commands,
+            round_trips,
+            acquisitions,
+            waits,
+            // Saturates after 584,000 years of waiting.
+            wait_time_us: u64::try_from(wait_time.as_micros()).unwrap_or(u64::MAX),
+            renewal_sweeps,
+            renewals,
+            renewal_failures,
+            holds_lost,
+            wakeups,
+            reconnects,
+            local_handoffs,
+            yields,
+        }
+    }
+}
+
+/// Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics
+/// scrape. The counters cover the manager since it was created, with every thread using it.
+///
+/// Errors: `REDIS_LOCK_INVALID_ARGUMENT` when `m` or `out` is NULL (`*out` is then left as it
+/// was).
+///
+/// # Safety
+/// `m` is NULL or a live manager; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_lock_manager_stats(
+    m: *const redis_lock_manager,
+    out: *mut redis_lock_stats,
+) -> redis_lock_result {
+    guarded(|| {
+        // SAFETY (both): the caller's contract.
+        let manager = unsafe { ref_arg("manager", m)? };
+        let stats = redis_lock_stats::from(manager.manager.stats());
+        unsafe { write_out("out", out, stats) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn every_counter_is_copied_and_the_wait_time_is_in_microseconds() {
+        let stats = Stats {
+            commands: 1,
+            round_trips: 2,
+            acquisitions: 3,
+            waits: 4,
+            wait_time: Duration::from_nanos(5_678_999),
+            renewal_sweeps: 6,
+            renewals: 7,
+            renewal_failures: 8,
+            holds_lost: 9,
+            wakeups: 10,
+            reconnects: 11,
+            local_handoffs: 12,
+            yields: 13,
+        };
+        let c = redis_lock_stats::from(stats);
+        assert_eq!(
+            [
+                c.commands,
+                c.round_trips,
+                c.acquisitions,
+                c.waits,
+                c.wait_time_us,
+                c.renewal_sweeps,
+                c.renewals,
+                c.renewal_failures,
+                c.holds_lost,
+                c.wakeups,
+                c.reconnects,
+                c.local_handoffs,
+                c.yields
+            ],
+            [1, 2, 3, 4, 5_678, 6, 7, 8, 9, 10, 11, 12, 13]
+        );
+        let forever = Stats {
+            wait_time: Duration::MAX,
+            ..Stats::default()
+        };
+        assert_eq!(redis_lock_stats::from(forever).wait_time_us, u64::MAX);
+    }
+
+    #[test]
+    fn null_arguments_are_invalid_and_leave_out_alone() {
+        let mut out = redis_lock_stats {
+            commands: 42,
+            ..redis_lock_stats::default()
+        };
+        // SAFETY: NULL is allowed for both arguments.
+        let result = unsafe { redis_lock_manager_stats(std::ptr::null(), &mut out) };
+        assert_eq!(result, redis_lock_result::REDIS_LOCK_INVALID_ARGUMENT);
+        assert_eq!(out.commands, 42);
+    }
+}
