@@ -5,10 +5,20 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 
-/// The longest lease, wait or timeout accepted: 2^52 ms (about 142,000 years). Redis refuses
-/// expiry times that overflow its millisecond clock, and Lua numbers are exact only up to 2^53;
-/// staying below both keeps every duration exact on the wire.
-pub(crate) const MAX_MILLIS: u64 = 1 << 52;
+/// The longest lease or timeout accepted: 100 years (of 365 days), 3,153,600,000,000 ms.
+///
+/// Lease deadlines are kept in nanoseconds of the boot clock in a `u64` (see `clock.rs`),
+/// which holds about 584 years. A longer lease made the deadline saturate, so every acquire
+/// looked as if its reply had come too late to leave a useful lease, and was released and
+/// retried forever. 100 years leaves the boot clock more than 480 years of uptime before a
+/// deadline could saturate, and is far below the limits of Redis' millisecond expiry times
+/// and of exact Lua numbers (2^53).
+pub(crate) const MAX_LEASE_MILLIS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// The longest wait accepted: 2^52 ms (about 142,000 years). Waits end on
+/// `std::time::Instant`, which holds them exactly, and are never sent to Redis; the limit only
+/// keeps `Instant::now() + wait` from overflowing. `lock()` waits without limit.
+pub(crate) const MAX_WAIT_MILLIS: u64 = 1 << 52;
 
 /// Default lease of watchdog-renewed locks (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -20,7 +30,7 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Converts a duration to whole milliseconds for Redis, refusing zero, sub-millisecond and
-/// out-of-range values with an error that names the argument.
+/// out-of-range values (above [`MAX_LEASE_MILLIS`]) with an error that names the argument.
 pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
     let ms = d.as_millis();
     if ms == 0 {
@@ -29,10 +39,10 @@ pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
             format!("{d:?} is shorter than Redis' resolution of 1 ms"),
         ));
     }
-    if ms > u128::from(MAX_MILLIS) {
+    if ms > u128::from(MAX_LEASE_MILLIS) {
         return Err(Error::invalid(
             what,
-            format!("{d:?} is longer than the maximum of {MAX_MILLIS} ms"),
+            format!("{d:?} is longer than the maximum of {MAX_LEASE_MILLIS} ms (100 years)"),
         ));
     }
     Ok(ms as u64)
@@ -40,10 +50,10 @@ pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
 
 /// Checks a wait: zero is allowed (one attempt), huge values are refused.
 pub(crate) fn check_wait(wait: Duration) -> Result<()> {
-    if wait.as_millis() > u128::from(MAX_MILLIS) {
+    if wait.as_millis() > u128::from(MAX_WAIT_MILLIS) {
         return Err(Error::invalid(
             "wait",
-            format!("{wait:?} is longer than the maximum of {MAX_MILLIS} ms; use lock() to wait without limit"),
+            format!("{wait:?} is longer than the maximum of {MAX_WAIT_MILLIS} ms; use lock() to wait without limit"),
         ));
     }
     Ok(())
@@ -125,7 +135,8 @@ impl LockManagerBuilder {
     /// third of it while the lock is held. A holder that dies stops renewing, so its lock
     /// expires at most this long after its last renewal.
     ///
-    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 3 ms.
+    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 3 ms and at most
+    /// 100 years.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -245,9 +256,14 @@ mod tests {
         assert!(to_millis("lease", Duration::MAX).is_err());
         assert_eq!(to_millis("lease", Duration::from_millis(1)).unwrap(), 1);
         assert_eq!(
-            to_millis("lease", Duration::from_millis(MAX_MILLIS)).unwrap(),
-            MAX_MILLIS
+            to_millis("lease", Duration::from_millis(MAX_LEASE_MILLIS)).unwrap(),
+            MAX_LEASE_MILLIS
         );
+        let just_above = Duration::from_millis(MAX_LEASE_MILLIS + 1);
+        let err = to_millis("lease", just_above).unwrap_err();
+        assert!(err.to_string().contains("3153600000000 ms"), "{err}");
+        assert!(check_wait(Duration::from_millis(MAX_WAIT_MILLIS)).is_ok());
+        assert!(check_wait(Duration::from_millis(MAX_WAIT_MILLIS + 1)).is_err());
     }
 
     #[test]
