@@ -89,7 +89,7 @@ typedef struct redis_lock_manager redis_lock_manager;
 typedef struct {
   /**
    * Lease of locks taken without an explicit lease, renewed every third of it while held.
-   * Default 30000; at least 3, at most 3153600000000 (100 years).
+   * Default 30000; at least 500, at most 3153600000000 (100 years).
    */
   uint64_t watchdog_timeout_ms;
   /**

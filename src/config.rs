@@ -20,6 +20,20 @@ pub(crate) const MAX_LEASE_MILLIS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 /// keeps `Instant::now() + wait` from overflowing. `lock()` waits without limit.
 pub(crate) const MAX_WAIT_MILLIS: u64 = 1 << 52;
 
+/// The shortest watchdog timeout accepted, in ms.
+///
+/// Renewals go out every third of the timeout, and each must be sent, answered and seen before
+/// the lease runs out, so every stall of the watchdog thread or of Redis eats into two thirds
+/// of it. Measured on a shared 2-core VM (loopback Redis, debug build, 8 or 16 holds renewed
+/// for 3 s per run, other developers building at the same time): with no added load, 3, 5, 10
+/// and 30 ms timeouts lost every hold in a run; with 4 to 6 busy threads added, 50, 100, 150
+/// and 200 ms each lost every hold in at least one of four runs, while 300 and 500 ms never
+/// lost one (about a dozen runs each, 2 to 8 busy threads). The worst stall seen under that
+/// load was a 173 ms PING round trip (and an 85 ms late wake-up from a 10 ms sleep). 500 ms
+/// leaves about 330 ms for a renewal: about twice that stall, and 2.5 times the longest
+/// timeout that lost holds. Real deployments should keep the 30 s default.
+pub(crate) const MIN_WATCHDOG_TIMEOUT_MILLIS: u64 = 500;
+
 /// Default lease of watchdog-renewed locks (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default most connections in the command pool.
@@ -135,8 +149,10 @@ impl LockManagerBuilder {
     /// third of it while the lock is held. A holder that dies stops renewing, so its lock
     /// expires at most this long after its last renewal.
     ///
-    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 3 ms and at most
-    /// 100 years.
+    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 500 ms and at most
+    /// 100 years. Shorter timeouts were measured to lose holds still in use on a loaded machine:
+    /// each renewal must make its round trip within two thirds of the timeout, and a busy host
+    /// can stall a thread or Redis for well over 100 ms.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -198,11 +214,13 @@ impl LockManagerBuilder {
 
     fn validate(&self) -> Result<Config> {
         let watchdog_timeout_ms = to_millis("watchdog timeout", self.watchdog_timeout)?;
-        if watchdog_timeout_ms < 3 {
+        if watchdog_timeout_ms < MIN_WATCHDOG_TIMEOUT_MILLIS {
             return Err(Error::invalid(
                 "watchdog timeout",
                 format!(
-                    "{:?} leaves no room to renew every third of it; use at least 3 ms",
+                    "{:?} is shorter than the minimum of {MIN_WATCHDOG_TIMEOUT_MILLIS} ms: a \
+                     renewal every third of it could not be relied on to reach Redis before the \
+                     lease runs out on a busy machine",
                     self.watchdog_timeout
                 ),
             ));
@@ -281,6 +299,7 @@ mod tests {
         let cases = [
             base.clone().watchdog_timeout(Duration::ZERO),
             base.clone().watchdog_timeout(Duration::from_millis(2)),
+            base.clone().watchdog_timeout(Duration::from_millis(499)),
             base.clone().watchdog_timeout(Duration::MAX),
             base.clone().pool_size(0),
             base.clone().connect_timeout(Duration::ZERO),
@@ -291,5 +310,7 @@ mod tests {
             assert!(err.is_invalid_argument(), "{err}");
         }
         assert!(base.validate().is_ok());
+        let shortest = base.watchdog_timeout(Duration::from_millis(MIN_WATCHDOG_TIMEOUT_MILLIS));
+        assert_eq!(shortest.validate().unwrap().watchdog_timeout_ms, 500);
     }
 }

@@ -294,3 +294,29 @@ fn the_longest_watchdog_timeout_works_and_one_millisecond_more_is_refused() -> R
     assert!(!exists, "unlocked");
     Ok(())
 }
+
+#[test]
+fn watchdog_timeouts_below_500_ms_are_refused_and_500_ms_keeps_a_lock() -> Result<()> {
+    let url = "redis://127.0.0.1:1/"; // never contacted: validation comes first
+    for ms in [3, 100, 499] {
+        let err = LockManager::builder(url)
+            .watchdog_timeout(Duration::from_millis(ms))
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("minimum of 500 ms"), "{err}");
+    }
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let manager = LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .build()?;
+    let guard = manager.lock("watchdog:shortest")?;
+    let lost = guard.lost_signal();
+    // Renewed every ~167 ms: the lock outlives three timeouts without being reported lost.
+    assert!(lost.recv_timeout(timeout * 3).is_err(), "reported lost");
+    assert!(!guard.is_lost());
+    assert!(manager.get_lock("watchdog:shortest").is_locked()?);
+    guard.unlock()?;
+    Ok(())
+}
