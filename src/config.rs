@@ -206,7 +206,11 @@ impl LockManagerBuilder {
     /// manager's two background threads.
     ///
     /// Fails with [`Error::InvalidArgument`] or [`Error::InvalidUrl`] for bad settings and with
-    /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials.
+    /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials, or when the
+    /// Redis user may not PUBLISH and SUBSCRIBE on every lock channel
+    /// (`redisson_lock__channel:*`) and the manager's control channel
+    /// (`redis_lock__control:*`): Redis 7 gives new ACL users no channel rights, and without
+    /// them releases fail and waiters are never woken.
     pub fn build(self) -> Result<LockManager> {
         let config = self.validate()?;
         LockManager::start(&self.url, config)

@@ -73,6 +73,7 @@ impl LockManager {
     pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
         let client_id = uuid::Uuid::new_v4().to_string();
         let store = Arc::new(LockStore::connect(url, &config)?);
+        crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
         let thread_error = |source| Error::ThreadSpawn { source };
         let watchdog = Watchdog::start(
             Arc::clone(&store),
