@@ -96,7 +96,7 @@ typedef struct redis_lock_manager redis_lock_manager;
 typedef struct {
   /**
    * Lease of locks taken without an explicit lease, renewed every third of it while held.
-   * Default 30000; at least 3.
+   * Default 30000; at least 500, at most 3153600000000 (100 years).
    */
   uint64_t watchdog_timeout_ms;
   /**
@@ -261,8 +261,8 @@ redis_lock_result redis_lock_try_lock(redis_lock_manager *m,
                                       redis_lock_guard **out);
 
 /**
- * Waits as long as it takes to acquire `name` with a fixed lease of `lease_ms` (at least 1;
- * never renewed). Ownership as for `redis_lock_lock`.
+ * Waits as long as it takes to acquire `name` with a fixed lease of `lease_ms` (at least 1,
+ * at most 3153600000000, that is 100 years; never renewed). Ownership as for `redis_lock_lock`.
  *
  * # Safety
  * As for `redis_lock_lock`.

@@ -34,6 +34,8 @@ impl BootInstant {
         self.0
     }
 
+    /// Saturates at about 584 years of boot clock; leases are capped well below that (see
+    /// `config::MAX_LEASE_MILLIS`), so a lease deadline never saturates in practice.
     pub(crate) fn saturating_add(self, d: Duration) -> Self {
         BootInstant(
             self.0
@@ -78,5 +80,15 @@ mod tests {
         );
         let tiny = lease_deadline(sent, Duration::from_millis(1));
         assert_eq!(tiny.saturating_since(sent), Duration::from_micros(890));
+    }
+
+    #[test]
+    fn the_longest_lease_has_an_exact_deadline_after_centuries_of_uptime() {
+        // The boot clock after 400 years of uptime: far more than any machine has.
+        let sent = BootInstant::from_nanos(400 * 365 * 24 * 3600 * 1_000_000_000);
+        let lease = Duration::from_millis(crate::config::MAX_LEASE_MILLIS);
+        let end = lease_deadline(sent, lease);
+        let margin = lease / 100 + Duration::from_millis(2);
+        assert_eq!(end.saturating_since(sent), lease - margin, "no saturation");
     }
 }

@@ -5,10 +5,34 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 
-/// The longest lease, wait or timeout accepted: 2^52 ms (about 142,000 years). Redis refuses
-/// expiry times that overflow its millisecond clock, and Lua numbers are exact only up to 2^53;
-/// staying below both keeps every duration exact on the wire.
-pub(crate) const MAX_MILLIS: u64 = 1 << 52;
+/// The longest lease or timeout accepted: 100 years (of 365 days), 3,153,600,000,000 ms.
+///
+/// Lease deadlines are kept in nanoseconds of the boot clock in a `u64` (see `clock.rs`),
+/// which holds about 584 years. A longer lease made the deadline saturate, so every acquire
+/// looked as if its reply had come too late to leave a useful lease, and was released and
+/// retried forever. 100 years leaves the boot clock more than 480 years of uptime before a
+/// deadline could saturate, and is far below the limits of Redis' millisecond expiry times
+/// and of exact Lua numbers (2^53).
+pub(crate) const MAX_LEASE_MILLIS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// The longest wait accepted: 2^52 ms (about 142,000 years). Waits end on
+/// `std::time::Instant`, which holds them exactly, and are never sent to Redis; the limit only
+/// keeps `Instant::now() + wait` from overflowing. `lock()` waits without limit.
+pub(crate) const MAX_WAIT_MILLIS: u64 = 1 << 52;
+
+/// The shortest watchdog timeout accepted, in ms.
+///
+/// Renewals go out every third of the timeout, and each must be sent, answered and seen before
+/// the lease runs out, so every stall of the watchdog thread or of Redis eats into two thirds
+/// of it. Measured on a shared 2-core VM (loopback Redis, debug build, 8 or 16 holds renewed
+/// for 3 s per run, other developers building at the same time): with no added load, 3, 5, 10
+/// and 30 ms timeouts lost every hold in a run; with 4 to 6 busy threads added, 50, 100, 150
+/// and 200 ms each lost every hold in at least one of four runs, while 300 and 500 ms never
+/// lost one (about a dozen runs each, 2 to 8 busy threads). The worst stall seen under that
+/// load was a 173 ms PING round trip (and an 85 ms late wake-up from a 10 ms sleep). 500 ms
+/// leaves about 330 ms for a renewal: about twice that stall, and 2.5 times the longest
+/// timeout that lost holds. Real deployments should keep the 30 s default.
+pub(crate) const MIN_WATCHDOG_TIMEOUT_MILLIS: u64 = 500;
 
 /// Default lease of watchdog-renewed locks (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,7 +47,7 @@ pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// Converts a duration to whole milliseconds for Redis, refusing zero, sub-millisecond and
-/// out-of-range values with an error that names the argument.
+/// out-of-range values (above [`MAX_LEASE_MILLIS`]) with an error that names the argument.
 pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
     let ms = d.as_millis();
     if ms == 0 {
@@ -32,10 +56,10 @@ pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
             format!("{d:?} is shorter than Redis' resolution of 1 ms"),
         ));
     }
-    if ms > u128::from(MAX_MILLIS) {
+    if ms > u128::from(MAX_LEASE_MILLIS) {
         return Err(Error::invalid(
             what,
-            format!("{d:?} is longer than the maximum of {MAX_MILLIS} ms"),
+            format!("{d:?} is longer than the maximum of {MAX_LEASE_MILLIS} ms (100 years)"),
         ));
     }
     Ok(ms as u64)
@@ -43,10 +67,10 @@ pub(crate) fn to_millis(what: &'static str, d: Duration) -> Result<u64> {
 
 /// Checks a wait: zero is allowed (one attempt), huge values are refused.
 pub(crate) fn check_wait(wait: Duration) -> Result<()> {
-    if wait.as_millis() > u128::from(MAX_MILLIS) {
+    if wait.as_millis() > u128::from(MAX_WAIT_MILLIS) {
         return Err(Error::invalid(
             "wait",
-            format!("{wait:?} is longer than the maximum of {MAX_MILLIS} ms; use lock() to wait without limit"),
+            format!("{wait:?} is longer than the maximum of {MAX_WAIT_MILLIS} ms; use lock() to wait without limit"),
         ));
     }
     Ok(())
@@ -132,7 +156,10 @@ impl LockManagerBuilder {
     /// third of it while the lock is held. A holder that dies stops renewing, so its lock
     /// expires at most this long after its last renewal.
     ///
-    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 3 ms.
+    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). Must be at least 500 ms and at most
+    /// 100 years. Shorter timeouts were measured to lose holds still in use on a loaded machine:
+    /// each renewal must make its round trip within two thirds of the timeout, and a busy host
+    /// can stall a thread or Redis for well over 100 ms.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -198,7 +225,11 @@ impl LockManagerBuilder {
     /// manager's two background threads.
     ///
     /// Fails with [`Error::InvalidArgument`] or [`Error::InvalidUrl`] for bad settings and with
-    /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials.
+    /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials, or when the
+    /// Redis user may not PUBLISH and SUBSCRIBE on every lock channel
+    /// (`redisson_lock__channel:*`) and the manager's control channel
+    /// (`redis_lock__control:*`): Redis 7 gives new ACL users no channel rights, and without
+    /// them releases fail and waiters are never woken.
     pub fn build(self) -> Result<LockManager> {
         let config = self.validate()?;
         LockManager::start(&self.url, config)
@@ -206,11 +237,13 @@ impl LockManagerBuilder {
 
     fn validate(&self) -> Result<Config> {
         let watchdog_timeout_ms = to_millis("watchdog timeout", self.watchdog_timeout)?;
-        if watchdog_timeout_ms < 3 {
+        if watchdog_timeout_ms < MIN_WATCHDOG_TIMEOUT_MILLIS {
             return Err(Error::invalid(
                 "watchdog timeout",
                 format!(
-                    "{:?} leaves no room to renew every third of it; use at least 3 ms",
+                    "{:?} is shorter than the minimum of {MIN_WATCHDOG_TIMEOUT_MILLIS} ms: a \
+                     renewal every third of it could not be relied on to reach Redis before the \
+                     lease runs out on a busy machine",
                     self.watchdog_timeout
                 ),
             ));
@@ -268,9 +301,14 @@ mod tests {
         assert!(to_millis("lease", Duration::MAX).is_err());
         assert_eq!(to_millis("lease", Duration::from_millis(1)).unwrap(), 1);
         assert_eq!(
-            to_millis("lease", Duration::from_millis(MAX_MILLIS)).unwrap(),
-            MAX_MILLIS
+            to_millis("lease", Duration::from_millis(MAX_LEASE_MILLIS)).unwrap(),
+            MAX_LEASE_MILLIS
         );
+        let just_above = Duration::from_millis(MAX_LEASE_MILLIS + 1);
+        let err = to_millis("lease", just_above).unwrap_err();
+        assert!(err.to_string().contains("3153600000000 ms"), "{err}");
+        assert!(check_wait(Duration::from_millis(MAX_WAIT_MILLIS)).is_ok());
+        assert!(check_wait(Duration::from_millis(MAX_WAIT_MILLIS + 1)).is_err());
     }
 
     #[test]
@@ -288,6 +326,7 @@ mod tests {
         let cases = [
             base.clone().watchdog_timeout(Duration::ZERO),
             base.clone().watchdog_timeout(Duration::from_millis(2)),
+            base.clone().watchdog_timeout(Duration::from_millis(499)),
             base.clone().watchdog_timeout(Duration::MAX),
             base.clone().pool_size(0),
             base.clone().connect_timeout(Duration::ZERO),
@@ -299,5 +338,7 @@ mod tests {
             assert!(err.is_invalid_argument(), "{err}");
         }
         assert!(base.validate().is_ok());
+        let shortest = base.watchdog_timeout(Duration::from_millis(MIN_WATCHDOG_TIMEOUT_MILLIS));
+        assert_eq!(shortest.validate().unwrap().watchdog_timeout_ms, 500);
     }
 }

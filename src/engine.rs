@@ -104,6 +104,9 @@ impl Engine {
     pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
         let client_id = uuid::Uuid::new_v4().to_string();
         let store = Arc::new(LockStore::connect(url, &config)?);
+        // Without channel rights every unlock would go unheard: refuse now, not at the first
+        // release (docs/DESIGN.md).
+        crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
         let timeout = Duration::from_millis(config.watchdog_timeout_ms);
         let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters)));
         let thread_error = |source| Error::ThreadSpawn { source };

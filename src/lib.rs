@@ -161,6 +161,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)] // allowed only in the C API module, `capi`
 
+mod acl;
 #[cfg(feature = "capi")]
 mod capi;
 mod clock;

@@ -104,7 +104,7 @@ impl Lock {
     /// Waits as long as it takes to acquire the lock with a fixed `lease`: the lock expires
     /// `lease` after it was acquired unless released before. The watchdog is not involved.
     ///
-    /// The lease must be at least 1 ms and at most 2^52 ms.
+    /// The lease must be at least 1 ms and at most 100 years.
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire_waiting(AcquireOptions::new().lease(Lease::Fixed(lease)))
     }

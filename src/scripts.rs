@@ -21,9 +21,43 @@ return redis.call('pttl', KEYS[1])
 /// `ARGV[2]` owner field. Like [`ACQUIRE`], and every acquisition (re-entries too) also
 /// increments the counter. Replies a one-element array with the new token as a string when
 /// acquired (Lua numbers are doubles: a string keeps tokens above 2^53 exact), else the
-/// holder's PTTL. The counter is incremented first, so a counter that cannot be incremented
-/// fails the call before the lock is touched.
+/// holder's PTTL.
+///
+/// The counter is checked first, before anything is written: it must be missing or a string
+/// holding a non-negative integer in Redis' canonical form (no sign, no leading zero) below
+/// 2^63 - 1, so that INCR succeeds and the new token is a valid `u64`. Anything else (another
+/// type, a negative or fractional number, text, a full counter) fails the call with an error
+/// naming the counter, and leaves both the counter and the lock as they were. Checking only
+/// after the lock was taken would leave it held with no guard to release it. The check is on
+/// the string, not on `tonumber` of the whole: Lua numbers are doubles and cannot tell 2^63 - 1
+/// from 2^63.
 pub const FENCED_ACQUIRE: &str = r#"
+local kind = redis.call('type', KEYS[2])['ok']
+if kind ~= 'none' then
+    -- Names and values go into the message printable and cut short: they may hold any bytes.
+    local function shown(text)
+        local cut = string.gsub(string.sub(text, 1, 200), '[^%w%p ]', '?')
+        if #text > 200 then
+            cut = cut .. '...'
+        end
+        return cut
+    end
+    local what = 'ERR fencing token counter ' .. shown(KEYS[2]) .. ' holds '
+    local untouched = '; the counter and the lock were left untouched'
+    if kind ~= 'string' then
+        return redis.error_reply(what .. 'a ' .. kind .. ', not an integer' .. untouched)
+    end
+    local counter = redis.call('get', KEYS[2])
+    -- 19 digits are compared in two parts that doubles hold exactly (10 and 9 digits).
+    local high = tonumber(string.sub(counter, 1, 10))
+    local valid = counter == '0' or (string.find(counter, '^[1-9]%d*$') ~= nil and
+        (#counter < 19 or (#counter == 19 and (high < 9223372036 or
+            (high == 9223372036 and tonumber(string.sub(counter, 11)) < 854775807)))))
+    if not valid then
+        return redis.error_reply(what .. '"' .. shown(counter) ..
+            '", not a non-negative integer below 2^63 - 1' .. untouched)
+    end
+end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('incr', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)

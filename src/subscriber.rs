@@ -453,19 +453,56 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
     }
 }
 
-/// Subscribes to one channel and tells its waiters the subscription is live.
+/// Subscribes to one channel and tells its waiters the subscription is live, unless Redis
+/// refused it: then the refusal is logged and the waiters are left unconfirmed, so they wait
+/// by the holder's TTL instead of believing a wake-up will come.
 ///
 /// One channel per command on purpose: redis-rs' `PubSub::subscribe` reads a single reply, so
 /// with several channels the remaining confirmations would be read as the replies to later
 /// commands, and a later subscription would be reported live before the server made it.
+///
+/// That single reply is discarded, error replies included (NOPERM for a user without the
+/// channel right), and `PubSub` gives no access to it. A PING after it tells instead, in
+/// RESP2: on a connection with at least one subscription Redis answers `["pong", ""]`. A
+/// plain `PONG` means either a RESP2 connection subscribed to nothing (this SUBSCRIBE was
+/// refused, and the control channel's too) or RESP3, where PING always answers `PONG`; a
+/// SUBSCRIBE on a connection of its own then settles it, and a listener found to speak RESP3
+/// stops asking (its refusals go unseen, as before). The manager checks the rights when it
+/// starts (`acl.rs`); this catches rights revoked later, after which Redis drops the
+/// listener's connection and the subscriptions made on the new one are refused. A refusal
+/// while the control channel's subscription stands is not seen either.
 fn subscribe_one(
     shared: &Shared,
     pubsub: &mut PubSub<'_>,
     channel: &str,
     waiters: &Waiters,
 ) -> RedisResult<()> {
+    thread_local! {
+        /// Whether PING on this listener's connections cannot tell subscribed from not
+        /// (RESP3). Per thread is per manager: each manager has its own listener thread.
+        static PING_IS_UNINFORMATIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
     shared.store.counters.sent(1);
     pubsub.subscribe(channel)?;
-    waiters.mark_subscribed();
+    if PING_IS_UNINFORMATIVE.get() {
+        waiters.mark_subscribed();
+        return Ok(());
+    }
+    shared.store.counters.sent(1);
+    if let redis::Value::Array(_) = pubsub.ping::<redis::Value>()? {
+        waiters.mark_subscribed();
+        return Ok(());
+    }
+    match crate::acl::check_subscribe(&shared.store, &[channel], shared.response_timeout) {
+        Ok(()) => {
+            PING_IS_UNINFORMATIVE.set(true);
+            waiters.mark_subscribed();
+        }
+        Err(err) => log::error!(
+            "Redis refused the subscription to {channel:?}, or it could not be confirmed: \
+             its waiters will not be woken by releases and retry by the holder's TTL \
+             instead ({err})"
+        ),
+    }
     Ok(())
 }

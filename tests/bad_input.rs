@@ -204,3 +204,119 @@ fn a_key_that_is_not_a_lock_is_reported_and_left_alone() -> Result<()> {
     assert_eq!(ttl, -1, "no expiry was added");
     Ok(())
 }
+
+/// The longest lease and watchdog timeout accepted: 100 years (see `config::MAX_LEASE_MILLIS`).
+const MAX_LEASE: Duration = Duration::from_millis(100 * 365 * 24 * 60 * 60 * 1000);
+
+/// Runs `body` on its own thread and fails if it takes longer than a minute: the bug this
+/// guards against was an endless acquire-release loop, which must fail the test, not hang it.
+fn within_a_minute<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(body());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("returned within a minute, not an endless acquire-release loop")
+}
+
+#[test]
+fn the_longest_lease_is_held_and_one_millisecond_more_is_refused() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let held = within_a_minute({
+        let manager = manager.clone();
+        move || manager.lock_with_lease("lease:longest", MAX_LEASE)
+    })?;
+    assert_eq!(held.lease(), Some(MAX_LEASE));
+    let left = held.remaining_lease().expect("a confirmed lease");
+    assert!(left > MAX_LEASE * 9 / 10, "{left:?}");
+    let ttl: i64 = conn.pttl("lease:longest").unwrap();
+    assert!(ttl > (MAX_LEASE.as_millis() * 9 / 10) as i64, "PTTL {ttl}");
+    held.unlock()?;
+    assert!(!manager.get_lock("lease:longest").is_locked()?);
+
+    let too_long = MAX_LEASE + Duration::from_millis(1);
+    let errors = within_a_minute({
+        let manager = manager.clone();
+        move || {
+            [
+                manager.lock_with_lease("lease:longer", too_long).map(drop),
+                manager
+                    .try_lock_with_lease("lease:longer", Duration::ZERO, too_long)
+                    .map(drop),
+                // The old limit, 2^52 ms, which used to loop forever.
+                manager
+                    .lock_with_lease("lease:longer", Duration::from_millis(1 << 52))
+                    .map(drop),
+            ]
+        }
+    });
+    for result in errors {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("3153600000000 ms"), "{err}");
+    }
+    let exists: bool = conn.exists("lease:longer").unwrap();
+    assert!(!exists, "nothing was sent for a refused lease");
+    Ok(())
+}
+
+#[test]
+fn the_longest_watchdog_timeout_works_and_one_millisecond_more_is_refused() -> Result<()> {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let url = server.url();
+    within_a_minute(move || -> Result<()> {
+        let manager = LockManager::builder(&url)
+            .watchdog_timeout(MAX_LEASE)
+            .build()?;
+        assert_eq!(manager.watchdog_timeout(), MAX_LEASE);
+        let guard = manager.lock("watchdog:longest")?;
+        assert_eq!(manager.renewing_count(), 1);
+        let left = guard.remaining_lease().expect("a confirmed lease");
+        assert!(left > MAX_LEASE * 9 / 10, "{left:?}");
+        guard.unlock()?;
+        for timeout in [
+            MAX_LEASE + Duration::from_millis(1),
+            Duration::from_millis(1 << 52),
+        ] {
+            let err = LockManager::builder(&url)
+                .watchdog_timeout(timeout)
+                .build()
+                .unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+            assert!(err.to_string().contains("watchdog timeout"), "{err}");
+        }
+        Ok(())
+    })?;
+    let exists: bool = conn.exists("watchdog:longest").unwrap();
+    assert!(!exists, "unlocked");
+    Ok(())
+}
+
+#[test]
+fn watchdog_timeouts_below_500_ms_are_refused_and_500_ms_keeps_a_lock() -> Result<()> {
+    let url = "redis://127.0.0.1:1/"; // never contacted: validation comes first
+    for ms in [3, 100, 499] {
+        let err = LockManager::builder(url)
+            .watchdog_timeout(Duration::from_millis(ms))
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("minimum of 500 ms"), "{err}");
+    }
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let manager = LockManager::builder(&server.url())
+        .watchdog_timeout(timeout)
+        .build()?;
+    let guard = manager.lock("watchdog:shortest")?;
+    let lost = guard.lost_signal();
+    // Renewed every ~167 ms: the lock outlives three timeouts without being reported lost.
+    assert!(lost.recv_timeout(timeout * 3).is_err(), "reported lost");
+    assert!(!guard.is_lost());
+    assert!(manager.get_lock("watchdog:shortest").is_locked()?);
+    guard.unlock()?;
+    Ok(())
+}

@@ -225,6 +225,118 @@ fn an_acl_user_can_lock() -> Result<()> {
     Ok(())
 }
 
+/// Creates the ACL user `name` (password `pw`) with all keys, all commands, and `rules`.
+fn acl_user(server: &RedisServer, name: &str, rules: &[&str]) -> String {
+    let mut args = vec!["SETUSER", name, "reset", "on", ">pw", "~*", "+@all"];
+    args.extend_from_slice(rules);
+    let _: () = redis::cmd("ACL")
+        .arg(&args[..])
+        .query(&mut server.conn())
+        .unwrap();
+    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
+}
+
+/// Invariant: a user without the right to PUBLISH or SUBSCRIBE on every lock channel and on
+/// the manager's control channel is refused by `build()`, with a message naming the missing
+/// right, instead of failing every final unlock and never being woken while waiting.
+#[test]
+fn an_acl_user_without_channel_rights_is_refused_at_build() {
+    let server = RedisServer::start();
+    let cases: [(&str, &[&str], &str, &str); 5] = [
+        // Redis 7's default for new users.
+        (
+            "nochannels",
+            &["resetchannels"],
+            "PUBLISH",
+            "redisson_lock__channel:",
+        ),
+        (
+            "nosubscribe",
+            &["allchannels", "-subscribe"],
+            "SUBSCRIBE",
+            "redisson_lock__channel:",
+        ),
+        (
+            "nopublish",
+            &["allchannels", "-publish"],
+            "PUBLISH",
+            "redisson_lock__channel:",
+        ),
+        // Rights for some lock names only: the probe's random name is not among them.
+        (
+            "somelocks",
+            &[
+                "resetchannels",
+                "&redisson_lock__channel:{orders*}",
+                "&redis_lock__control:*",
+            ],
+            "PUBLISH",
+            "redisson_lock__channel:",
+        ),
+        (
+            "nocontrol",
+            &["resetchannels", "&redisson_lock__channel:*"],
+            "PUBLISH",
+            "redis_lock__control:",
+        ),
+    ];
+    for (user, rules, right, channel) in cases {
+        let url = acl_user(&server, user, rules);
+        let started = Instant::now();
+        let err = LockManager::new(&url).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = err.to_string();
+        assert!(err.is_connection_error(), "{user}: {text}");
+        assert!(
+            text.contains(&format!("{right} to \"{channel}")),
+            "{user}: {text}"
+        );
+        assert!(text.contains("ACL SETUSER"), "{user}: {text}");
+        assert!(!text.contains(":pw@"), "{user}: {text}");
+    }
+    // Nothing of the refused managers is left subscribed.
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(channels.is_empty(), "still subscribed: {channels:?}");
+}
+
+/// Invariant: `allchannels`, and exactly the channel patterns the error message suggests, are
+/// enough: the user locks, waits (woken through pub/sub) and unlocks.
+#[test]
+fn an_acl_user_with_the_lock_channels_locks_waits_and_unlocks() -> Result<()> {
+    let server = RedisServer::start();
+    let users: [(&str, &[&str]); 2] = [
+        ("all", &["allchannels"]),
+        (
+            "patterns",
+            &[
+                "resetchannels",
+                "&redisson_lock__channel:*",
+                "&redis_lock__control:*",
+            ],
+        ),
+    ];
+    let mut conn = server.conn();
+    for (user, rules) in users {
+        let url = acl_user(&server, user, rules);
+        let (holder, other) = (LockManager::new(&url)?, LockManager::new(&url)?);
+        let name = format!("fault:acl:{user}");
+        let held = holder.lock(&name)?;
+        // Another manager: threads of one manager queue locally, without pub/sub.
+        let waiter = support::Waiter::spawn(&other, &name);
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        assert!(support::await_subscribers(&mut conn, &channel, 1));
+        let released = Instant::now();
+        held.unlock()?;
+        // Woken by the release's message, not by the 30 s lease running out.
+        let after = waiter.acquired_since(released);
+        assert!(after < Duration::from_secs(10), "{user}: {after:?}");
+    }
+    Ok(())
+}
+
 /// Invariant: once every guard is gone and every manager dropped, no lock key is left, the
 /// only keys left are unlock latches that expire by themselves, and no channel is subscribed.
 #[test]

@@ -122,3 +122,87 @@ fn the_counter_follows_redissons_brace_rule() -> Result<()> {
     assert_eq!(Some(counter), guard.fencing_token());
     Ok(())
 }
+
+/// A counter that is not a non-negative integer INCR can raise to a valid token fails the
+/// fenced acquire before anything is written: the error names the counter, the lock stays
+/// free (or, for a re-entry, keeps its hold count), and the counter keeps its value and type.
+#[test]
+fn a_bad_counter_fails_the_fenced_acquire_before_the_lock_or_counter_is_touched() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let bad_values = [
+        "-5",
+        "-0",
+        "+3",
+        "007",
+        "1.5",
+        "",
+        " 1",
+        "1\n2",
+        "9223372036854775807",  // i64::MAX: INCR would overflow
+        "9223372036854775808",  // above i64::MAX
+        "99999999999999999999", // 20 digits
+    ];
+    for (i, value) in bad_values.iter().enumerate() {
+        let name = format!("fence:bad:{i}");
+        let counter = format!("redisson_lock_token:{{{name}}}");
+        let _: () = conn.set(&counter, value).unwrap();
+        let err = manager.lock_fenced(&name).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&counter), "{value:?}: {text}");
+        assert!(
+            text.contains("not a non-negative integer"),
+            "{value:?}: {text}"
+        );
+        // The same from try_lock_fenced, which must not wait on a call that cannot succeed.
+        let err = manager
+            .try_lock_fenced(&name, std::time::Duration::from_secs(5))
+            .unwrap_err();
+        assert!(!err.is_invalid_argument(), "{err}");
+        let exists: i64 = conn.exists(&name).unwrap();
+        assert_eq!(exists, 0, "{value:?}: the lock was left taken");
+        let after: String = conn.get(&counter).unwrap();
+        assert_eq!(after, *value, "the counter is unchanged");
+    }
+
+    // A counter of another type: refused the same way, and left as it was.
+    let _: () = conn.rpush("redisson_lock_token:{fence:list}", "7").unwrap();
+    let err = manager.lock_fenced("fence:list").unwrap_err();
+    assert!(err.to_string().contains("holds a list"), "{err}");
+    assert!(
+        !err.is_wrong_type(),
+        "the lock key is not the one of the wrong type: {err}"
+    );
+    let exists: i64 = conn.exists("fence:list").unwrap();
+    assert_eq!(exists, 0, "the lock was left taken");
+    let list: Vec<String> = conn
+        .lrange("redisson_lock_token:{fence:list}", 0, -1)
+        .unwrap();
+    assert_eq!(list, ["7"]);
+
+    // A re-entry meeting a bad counter keeps the existing hold as it was.
+    let held = manager.lock_fenced("fence:reentry")?;
+    let _: () = conn
+        .set("redisson_lock_token:{fence:reentry}", "-1")
+        .unwrap();
+    assert!(manager.lock_fenced("fence:reentry").is_err());
+    assert_eq!(manager.get_lock("fence:reentry").hold_count()?, 1);
+    held.unlock()?;
+    let exists: i64 = conn.exists("fence:reentry").unwrap();
+    assert_eq!(exists, 0, "released");
+
+    // The largest counter that can still be raised, and zero, work.
+    for (name, value, token) in [
+        ("fence:zero", "0", 1),
+        ("fence:edge", "9223372036854775806", i64::MAX as u64),
+    ] {
+        let _: () = conn
+            .set(format!("redisson_lock_token:{{{name}}}"), value)
+            .unwrap();
+        let guard = manager.lock_fenced(name)?;
+        assert_eq!(guard.fencing_token(), Some(token));
+        guard.unlock()?;
+    }
+    Ok(())
+}

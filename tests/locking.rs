@@ -240,7 +240,7 @@ fn force_unlock_takes_the_lock_from_its_owner() -> Result<()> {
 #[test]
 fn a_lost_watchdog_lock_is_detected_and_no_longer_renewed() -> Result<()> {
     let server = RedisServer::start();
-    let manager = manager_with_watchdog(&server, Duration::from_millis(300));
+    let manager = manager_with_watchdog(&server, Duration::from_millis(600));
     let guard = manager.lock("lost")?;
     manager.get_lock("lost").force_unlock()?;
     assert!(

@@ -85,8 +85,8 @@ pub unsafe extern "C" fn redis_lock_try_lock(
     unsafe { acquire_into(m, name, out, |manager, name| manager.try_lock(name, wait)) }
 }
 
-/// Waits as long as it takes to acquire `name` with a fixed lease of `lease_ms` (at least 1;
-/// never renewed). Ownership as for `redis_lock_lock`.
+/// Waits as long as it takes to acquire `name` with a fixed lease of `lease_ms` (at least 1,
+/// at most 3153600000000, that is 100 years; never renewed). Ownership as for `redis_lock_lock`.
 ///
 /// # Safety
 /// As for `redis_lock_lock`.

@@ -28,7 +28,7 @@ pub struct redis_lock_manager {
 #[derive(Debug, Clone, Copy)]
 pub struct redis_lock_options {
     /// Lease of locks taken without an explicit lease, renewed every third of it while held.
-    /// Default 30000; at least 3.
+    /// Default 30000; at least 500, at most 3153600000000 (100 years).
     pub watchdog_timeout_ms: u64,
     /// Most command connections the manager opens. Default 8.
     pub pool_size: u32,
