@@ -147,6 +147,8 @@
 mod capi;
 mod clock;
 mod config;
+mod count_down_latch;
+mod counting;
 mod engine;
 mod error;
 mod fork;
@@ -161,6 +163,7 @@ mod options;
 mod owner;
 mod pool;
 mod scripts;
+mod semaphore;
 mod stats;
 mod store;
 mod subscriber;
@@ -171,14 +174,23 @@ mod watchdog;
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
     pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+    // Semaphores and count-down latches keep their scripts next to them.
+    pub use crate::count_down_latch::{
+        COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,
+    };
+    pub use crate::semaphore::{
+        SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE, SEMAPHORE_TRY_SET_PERMITS,
+    };
 }
 
 pub use config::LockManagerBuilder;
+pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
 pub use options::{AcquireOptions, Lease};
+pub use semaphore::{Semaphore, SemaphorePermits};
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
@@ -189,4 +201,7 @@ const _: () = {
     assert_send_sync::<LockGuard>();
     assert_send_sync::<Error>();
     assert_send_sync::<Stats>();
+    assert_send_sync::<Semaphore>();
+    assert_send_sync::<SemaphorePermits>();
+    assert_send_sync::<CountDownLatch>();
 };

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, LockManagerBuilder};
+use crate::count_down_latch::CountDownLatch;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
+use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -80,6 +82,18 @@ impl LockManager {
     /// operation on the handle.
     pub fn get_lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
+    }
+
+    /// A handle on the semaphore called `name` (Redisson's `RSemaphore`). No I/O; an invalid
+    /// name is reported by the first operation on the handle.
+    pub fn get_semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the count-down latch called `name` (Redisson's `RCountDownLatch`). No
+    /// I/O; an invalid name is reported by the first operation on the handle.
+    pub fn get_count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until
@@ -159,7 +173,8 @@ impl LockManager {
         self.engine.queued_thread_count()
     }
 
-    /// How many lock channels local threads are waiting on right now.
+    /// How many channels (of locks, semaphores and latches) local threads are waiting on
+    /// right now.
     pub fn waiting_channel_count(&self) -> usize {
         self.engine.waiting_channel_count()
     }

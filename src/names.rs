@@ -12,6 +12,47 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
+/// Prefix of a semaphore's channel (Redisson's `RSemaphore`), joined by the brace rule.
+const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
+/// Prefix of a count-down latch's channel (Redisson's `RCountDownLatch`). Redisson always
+/// wraps the name in braces here, without the brace rule: so does this crate.
+const COUNT_DOWN_LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+
+/// Whose messages a channel carries, which decides how they wake its waiters (see
+/// `crate::subscriber`). Told by the channel's prefix: each primitive's prefix is Redisson's,
+/// and none is a prefix of another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChannelKind {
+    /// A lock's unlock channel: `0` wakes one waiter, `1` all.
+    Unlock,
+    /// A semaphore's: every message is the number of permits available after a release.
+    Permits,
+    /// A count-down latch's: `0` means the count reached zero, `1` that a new count was set.
+    Count,
+}
+
+impl ChannelKind {
+    pub(crate) fn of(channel: &str) -> Self {
+        let after = |prefix: &str| channel.strip_prefix(prefix);
+        if after(SEMAPHORE_CHANNEL_PREFIX).is_some_and(|rest| rest.starts_with(':')) {
+            ChannelKind::Permits
+        } else if after(COUNT_DOWN_LATCH_CHANNEL_PREFIX).is_some() {
+            ChannelKind::Count
+        } else {
+            ChannelKind::Unlock
+        }
+    }
+}
+
+/// `redisson_sc:{name}`, where a semaphore's releases are announced (brace rule applies).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed(SEMAPHORE_CHANNEL_PREFIX, name)
+}
+
+/// `redisson_countdownlatch__channel__{name}`, always with braces, as Redisson builds it.
+pub(crate) fn count_down_latch_channel(name: &str) -> String {
+    format!("{COUNT_DOWN_LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
 
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
@@ -48,7 +89,8 @@ impl LockKeys {
     }
 }
 
-fn check_name(name: &str) -> Result<()> {
+/// Refuses an empty or oversized name (of a lock, semaphore or latch alike).
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidName {
             reason: "the name is empty".into(),
@@ -99,6 +141,32 @@ mod tests {
     fn latch_key_has_the_request_id() {
         let keys = LockKeys::new("orders:42").unwrap();
         assert_eq!(keys.latch("ab12"), "redisson_unlock_latch:{orders:42}:ab12");
+    }
+
+    #[test]
+    fn semaphore_and_latch_channels_are_redissons() {
+        assert_eq!(semaphore_channel("pool"), "redisson_sc:{pool}");
+        assert_eq!(semaphore_channel("{pool}:a"), "redisson_sc:{pool}:a");
+        // Redisson's latch channel ignores the brace rule: braces even around a tagged name.
+        assert_eq!(
+            count_down_latch_channel("{job}:7"),
+            "redisson_countdownlatch__channel__{{job}:7}"
+        );
+    }
+
+    #[test]
+    fn channels_are_told_apart_by_prefix() {
+        let lock = LockKeys::new("redisson_sc:x").unwrap();
+        assert_eq!(ChannelKind::of(&lock.channel()), ChannelKind::Unlock);
+        assert_eq!(
+            ChannelKind::of(&semaphore_channel("x")),
+            ChannelKind::Permits
+        );
+        assert_eq!(
+            ChannelKind::of(&count_down_latch_channel("x")),
+            ChannelKind::Count
+        );
+        assert_eq!(ChannelKind::of("redisson_scx"), ChannelKind::Unlock);
     }
 
     #[test]

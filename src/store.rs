@@ -175,6 +175,11 @@ impl LockStore {
         Ok(store)
     }
 
+    /// The command scripts publish with (Redisson passes it to its scripts the same way).
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.publish_command
+    }
+
     /// Opens the pub/sub listener's own connection (not counted against the pool).
     pub(crate) fn connect_subscriber(&self) -> Result<Connection> {
         self.pool.connect_dedicated()
@@ -297,7 +302,6 @@ impl LockStore {
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
     /// on a pooled connection: for lock kinds whose scripts live with them.
-    #[allow(dead_code)] // TODO(lock kinds): the fair, read-write, semaphore and latch scripts
     pub(crate) fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
