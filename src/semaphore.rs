@@ -126,7 +126,10 @@ pub struct Semaphore {
 
 impl Semaphore {
     /// The most permits one call may ask for, and the most a semaphore may hold: Redisson
-    /// counts permits in a Java `int`, and its clients could not read a larger count.
+    /// counts permits in a Java `int`, and its clients could not read a larger count. (C has
+    /// `REDIS_LOCK_SEMAPHORE_MAX_PERMITS`; the line below keeps this one out of the header.)
+    ///
+    /// cbindgen:ignore
     pub const MAX_PERMITS: u32 = i32::MAX as u32;
 
     pub(crate) fn new(manager: LockManager, name: &str) -> Self {

@@ -164,7 +164,7 @@ fn every_function_and_result_code_behaves_as_the_header_says() {
     let exe = compile("api_tour", Link::Static, &[], out.path());
     let args = ["127.0.0.1".into(), server.port().to_string()];
     let output = run(&exe, &args, false);
-    assert_clean_run(&output, "api_tour: 122 checks passed");
+    assert_clean_run(&output, "api_tour: 160 checks passed");
 }
 
 #[test]
@@ -174,5 +174,5 @@ fn the_api_tour_is_clean_under_address_leak_and_ub_sanitizers() {
     let exe = compile("api_tour", Link::Shared, SANITIZERS, out.path());
     let args = ["127.0.0.1".into(), server.port().to_string()];
     let output = run(&exe, &args, true);
-    assert_clean_run(&output, "api_tour: 122 checks passed");
+    assert_clean_run(&output, "api_tour: 160 checks passed");
 }

@@ -12,3 +12,4 @@
 mod boundary;
 mod lock;
 mod manager;
+mod semaphore;
