@@ -42,8 +42,9 @@ use crate::stats::Stats;
 /// Create the manager in the process that uses it, after any `fork()`. A child inherits the
 /// parent's connections (their replies would go to whichever process reads first), client id
 /// and thread numbers (parent and child would both "hold" a lock), but not its background
-/// threads. In a child, every call on an inherited manager fails with [`Error::Forked`] and
-/// sends nothing; dropping it is safe and leaves the parent's connections alone.
+/// threads. In a child, every call on an inherited manager fails with
+/// [`Error::Forked`](crate::Error::Forked) and sends nothing; dropping it is safe and leaves the
+/// parent's connections alone.
 #[derive(Clone)]
 pub struct LockManager {
     engine: Arc<Engine>,
