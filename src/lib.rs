@@ -118,6 +118,22 @@
 //! strictly increasing [tokens](LockGuard::fencing_token) that a resource can use to refuse a
 //! stale holder's writes. The README lists what the crate promises under which failures.
 //!
+//! # Semaphores and count-down latches
+//!
+//! A manager also hands out Redisson's other two waiting primitives, stored and announced
+//! exactly as Redisson does, so Java and Rust share them too:
+//!
+//! - [`Semaphore`] ([`LockManager::get_semaphore`], Redisson's `RSemaphore`): a count of
+//!   permits under the name's key. Permits have no owner (any thread may release them) and no
+//!   lease; [`Semaphore::acquire_guard`] returns [`SemaphorePermits`] that go back on drop.
+//! - [`CountDownLatch`] ([`LockManager::get_count_down_latch`], Redisson's `RCountDownLatch`):
+//!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero.
+//!
+//! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
+//! release (or reached-zero) message, and look again once a second at most. A key lost to a
+//! restart without persistence reads as a semaphore without permits and an open latch, as in
+//! Redisson. `docs/DESIGN.md` describes the wire format.
+//!
 //! # From C and C++
 //!
 //! With the default `capi` feature the crate also builds `libredis_lock.so` and
