@@ -130,7 +130,7 @@
 //!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero.
 //!
 //! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
-//! release (or reached-zero) message, and look again once a second at most. A key lost to a
+//! release (or reached-zero) message, and look again at least once a second. A key lost to a
 //! restart without persistence reads as a semaphore without permits and an open latch, as in
 //! Redisson. `docs/DESIGN.md` describes the wire format.
 //!
