@@ -1,6 +1,7 @@
 //! Load generator: runs workloads W1–W6 of BENCHMARKS.md, W7 (the fair lock's handoff) and W8
 //! (a read-write lock's throughput) against one Redis server and prints one
 //! table with each figure, the floor it is measured against (in the same run) and the ratio.
+//! A last row measures semaphore acquire/release cycles the same way W1 measures locks.
 //!
 //! ```sh
 //! cargo run --release --example loadgen            # the full run (about a minute)
@@ -70,6 +71,7 @@ struct Scale {
     w4_hold: Duration,
     w5_waiters: usize,
     w6_duration: Duration,
+    semaphore_cycles: usize,
 }
 
 const FULL: Scale = Scale {
@@ -81,6 +83,7 @@ const FULL: Scale = Scale {
     w4_hold: Duration::from_secs(30),
     w5_waiters: 1_000,
     w6_duration: Duration::from_secs(6),
+    semaphore_cycles: 5_000,
 };
 
 const QUICK: Scale = Scale {
@@ -92,6 +95,7 @@ const QUICK: Scale = Scale {
     w4_hold: Duration::from_secs(2),
     w5_waiters: 100,
     w6_duration: Duration::from_millis(500),
+    semaphore_cycles: 300,
 };
 
 /// One line of the table.
@@ -164,6 +168,7 @@ fn main() -> ExitCode {
     rows.extend(w8_read_write(&url, &scale));
     rows.extend(w4_watchdog_scale(&url, &scale));
     rows.extend(w5_waiter_scale(&url, &scale));
+    rows.extend(semaphore_cycles(&url, &scale));
     print_table(&rows);
     let violations = VIOLATIONS.lock().unwrap();
     if violations.is_empty() {
@@ -242,6 +247,123 @@ fn w1_uncontended(url: &str, scale: &Scale) -> Vec<Row> {
             "",
         ),
     ]
+}
+
+/// Semaphore acquire(1)+release(1) cycles on one name from one thread, against the same two
+/// scripts sent raw with EVALSHA on one dedicated connection (rounds alternate, as in W1).
+/// The semaphore has permits to spare, so no cycle waits: this is the cost of the handle
+/// (name check, pool, script invocation) over the two round trips.
+fn semaphore_cycles(url: &str, scale: &Scale) -> Vec<Row> {
+    let manager = LockManager::new(url).expect("manager");
+    let semaphore = manager.get_semaphore("loadgen:semaphore");
+    semaphore.try_set_permits(4).expect("try_set_permits");
+    let mut raw = RawSemaphore::connect(url, "loadgen:semaphore:raw");
+    let mut handle_samples = Vec::with_capacity(scale.semaphore_cycles);
+    let mut raw_samples = Vec::with_capacity(scale.semaphore_cycles);
+    let rounds = 10;
+    for _ in 0..rounds {
+        for _ in 0..scale.semaphore_cycles / rounds {
+            let start = Instant::now();
+            raw.acquire();
+            raw.release();
+            raw_samples.push(start.elapsed());
+        }
+        for _ in 0..scale.semaphore_cycles / rounds {
+            let start = Instant::now();
+            semaphore.acquire(1).expect("acquire");
+            semaphore.release(1).expect("release");
+            handle_samples.push(start.elapsed());
+        }
+    }
+    for (what, left) in [
+        ("semaphore", semaphore.available_permits().expect("permits")),
+        ("raw semaphore", raw.available()),
+    ] {
+        if left != 4 {
+            violation(format!(
+                "{what}: {left} permits left after the cycles, not 4"
+            ));
+        }
+    }
+    let handle = percentiles(&mut handle_samples);
+    let raw = percentiles(&mut raw_samples);
+    vec![
+        row(
+            "semaphore, uncontended",
+            "acquire/release cycle p50",
+            micros(handle.p50),
+        )
+        .against(
+            micros(raw.p50),
+            handle.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "semaphore, uncontended",
+            "acquire/release cycle p99",
+            micros(handle.p99),
+        )
+        .against(
+            micros(raw.p99),
+            handle.p99.as_secs_f64() / raw.p99.as_secs_f64(),
+            "",
+        ),
+    ]
+}
+
+/// The semaphore floor: this crate's own semaphore scripts, sent raw with EVALSHA on one
+/// connection, with no pool and no handle.
+struct RawSemaphore {
+    conn: redis::Connection,
+    acquire: redis::Script,
+    release: redis::Script,
+    key: String,
+    channel: String,
+}
+
+impl RawSemaphore {
+    fn connect(url: &str, key: &str) -> Self {
+        let mut conn = support::nodelay_conn(url);
+        let acquire = redis::Script::new(redis_lock::lua::SEMAPHORE_TRY_ACQUIRE);
+        let release = redis::Script::new(redis_lock::lua::SEMAPHORE_RELEASE);
+        acquire.load(&mut conn).expect("SCRIPT LOAD");
+        release.load(&mut conn).expect("SCRIPT LOAD");
+        let _: () = conn.set(key, 4).expect("SET the raw semaphore");
+        RawSemaphore {
+            conn,
+            acquire,
+            release,
+            key: key.to_owned(),
+            channel: format!("redisson_sc:{{{key}}}"),
+        }
+    }
+
+    fn acquire(&mut self) {
+        let taken: i64 = self
+            .acquire
+            .key(&self.key)
+            .arg(1)
+            .invoke(&mut self.conn)
+            .expect("raw semaphore acquire");
+        assert_eq!(taken, 1, "the raw semaphore has permits to spare");
+    }
+
+    fn release(&mut self) {
+        let free: Option<i64> = self
+            .release
+            .key(&self.key)
+            .key(&self.channel)
+            .arg(1)
+            .arg("publish")
+            .arg(i32::MAX)
+            .invoke(&mut self.conn)
+            .expect("raw semaphore release");
+        assert!(free.is_some(), "far from the maximum");
+    }
+
+    fn available(&mut self) -> u64 {
+        self.conn.get(&self.key).expect("GET the raw semaphore")
+    }
 }
 
 /// The floor's lock: this crate's own acquire and release scripts, sent raw with EVALSHA on

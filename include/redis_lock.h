@@ -7,6 +7,8 @@
  *    redis_lock_try_lock_with_lease) gives you a guard for one hold: end it with
  *    redis_lock_unlock (releases, reports, frees) or redis_lock_guard_free (releases if still
  *    held, frees). Guards stay valid after their manager is freed.
+ *  - Semaphores (redis_lock_semaphore_*) have no handle: a semaphore is its name, and its
+ *    permits have no owner (any thread may release them).
  *  - Strings passed in are borrowed for the call only. Strings returned
  *    (redis_lock_last_error, redis_lock_result_str, redis_lock_version) belong to the library:
  *    never free them.
@@ -32,6 +34,12 @@
 #include <stdint.h>
 
 /**
+ * The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
+ * permits in a Java int.
+ */
+#define REDIS_LOCK_SEMAPHORE_MAX_PERMITS 2147483647
+
+/**
  * What a call did. The numbers are stable: C programs may store and compare them.
  */
 typedef enum {
@@ -50,8 +58,10 @@ typedef enum {
   REDIS_LOCK_NOT_HELD = 2,
   /**
    * Refused before anything was sent: a NULL pointer, a string that is not UTF-8, an empty
-   * or oversized name, a zero or out-of-range duration, a bad URL or option, a manager (or
-   * its guard) used in a child process made by fork() after the manager was created.
+   * or oversized name, a zero or out-of-range duration or permit count, a bad URL or
+   * option, a manager (or its guard) used in a child process made by fork() after the
+   * manager was created. Also a semaphore release that would take its count past
+   * `REDIS_LOCK_SEMAPHORE_MAX_PERMITS` (refused by Redis; nothing was changed).
    */
   REDIS_LOCK_INVALID_ARGUMENT = 3,
   /**
@@ -494,6 +504,72 @@ redis_lock_result redis_lock_write_try_lock(redis_lock_manager *m,
                                             const char *name,
                                             uint64_t wait_ms,
                                             redis_lock_guard **out);
+
+/**
+ * Creates the semaphore `name` with `permits` free permits (0 allowed) if it does not exist.
+ * `*set` tells whether it was created; an existing semaphore keeps its count. At most
+ * `REDIS_LOCK_SEMAPHORE_MAX_PERMITS`. A key of that name that is not a semaphore is
+ * left alone (`REDIS_LOCK_REDIS_ERROR`).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `set` is NULL or
+ * valid for a write.
+ */
+redis_lock_result redis_lock_semaphore_try_set_permits(redis_lock_manager *m,
+                                                       const char *name,
+                                                       uint32_t permits,
+                                                       bool *set);
+
+/**
+ * Takes `permits` permits (at least 1) of the semaphore `name`, waiting as long as it takes
+ * until that many are free at once. A semaphore that does not exist has no permits: the call
+ * waits until it is created or permits are released into it.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_lock_result redis_lock_semaphore_acquire(redis_lock_manager *m,
+                                               const char *name,
+                                               uint32_t permits);
+
+/**
+ * Takes `permits` permits of `name` if that many become free within `wait_ms` milliseconds
+ * (0: one attempt). Returns `REDIS_LOCK_OK` either way, with `*acquired` telling whether the
+ * permits were taken.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `acquired` is
+ * NULL or valid for a write.
+ */
+redis_lock_result redis_lock_semaphore_try_acquire(redis_lock_manager *m,
+                                                   const char *name,
+                                                   uint32_t permits,
+                                                   uint64_t wait_ms,
+                                                   bool *acquired);
+
+/**
+ * Gives `permits` permits (at least 1) back to `name`, whoever took them, and wakes waiters.
+ * A semaphore that does not exist is created with `permits`. A release that would take the
+ * count past `REDIS_LOCK_SEMAPHORE_MAX_PERMITS` changes nothing (`REDIS_LOCK_INVALID_ARGUMENT`).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_lock_result redis_lock_semaphore_release(redis_lock_manager *m,
+                                               const char *name,
+                                               uint32_t permits);
+
+/**
+ * Sets `*permits` to how many permits of `name` are free right now (0 when the semaphore
+ * does not exist).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `permits` is
+ * NULL or valid for a write.
+ */
+redis_lock_result redis_lock_semaphore_available_permits(redis_lock_manager *m,
+                                                         const char *name,
+                                                         uint64_t *permits);
 
 /**
  * Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics

@@ -132,8 +132,8 @@ impl Engine {
     }
 
     /// Registers the calling thread as a waiter on `channel`, for kinds that wait without a
-    /// hold (a semaphore's permits, a latch's count); see [`Subscriber::subscribe`].
-    #[allow(dead_code)] // TODO(lock kinds): the semaphore and the latch wait through it
+    /// hold (a semaphore's permits, a latch's count); see [`Subscriber::subscribe`]. How the
+    /// channel's messages wake waiters follows from its name (`crate::names::ChannelKind`).
     pub(crate) fn subscribe(
         &self,
         channel: &str,

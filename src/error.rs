@@ -43,7 +43,8 @@ pub enum Error {
         /// The error from Redis or from the connection.
         source: redis::RedisError,
     },
-    /// A key with the lock's name exists but is not a lock (not a hash). It was left untouched.
+    /// A key with the lock's name exists but is not a lock (not a hash), or, for a semaphore or
+    /// a count-down latch, not a string holding an integer. It was left untouched.
     WrongType {
         /// The lock name.
         name: String,
@@ -117,7 +118,7 @@ impl Error {
         }
     }
 
-    /// A key of the lock's name holds something that is not a lock.
+    /// A key of the lock's (semaphore's, latch's) name holds something else.
     pub fn is_wrong_type(&self) -> bool {
         matches!(self, Error::WrongType { .. })
     }
@@ -161,7 +162,8 @@ impl fmt::Display for Error {
             Error::Redis { operation, source } => write!(f, "{operation} failed: {source}"),
             Error::WrongType { name } => write!(
                 f,
-                "key {} exists but is not a lock (not a hash); it was left untouched",
+                "key {} exists but is not a lock of this kind (a lock is a hash; a semaphore or \
+                 a count-down latch, a string holding an integer); it was left untouched",
                 shorten(name)
             ),
             Error::NotHeld { name } => write!(

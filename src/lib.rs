@@ -133,6 +133,22 @@
 //! strictly increasing [tokens](LockGuard::fencing_token) that a resource can use to refuse a
 //! stale holder's writes. The README lists what the crate promises under which failures.
 //!
+//! # Semaphores and count-down latches
+//!
+//! A manager also hands out Redisson's other two waiting primitives, stored and announced
+//! exactly as Redisson does, so Java and Rust share them too:
+//!
+//! - [`Semaphore`] ([`LockManager::get_semaphore`], Redisson's `RSemaphore`): a count of
+//!   permits under the name's key. Permits have no owner (any thread may release them) and no
+//!   lease; [`Semaphore::acquire_guard`] returns [`SemaphorePermits`] that go back on drop.
+//! - [`CountDownLatch`] ([`LockManager::get_count_down_latch`], Redisson's `RCountDownLatch`):
+//!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero.
+//!
+//! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
+//! release (or reached-zero) message, and look again at least once a second. A key lost to a
+//! restart without persistence reads as a semaphore without permits and an open latch, as in
+//! Redisson. `docs/DESIGN.md` describes the wire format.
+//!
 //! # From C and C++
 //!
 //! With the default `capi` feature the crate also builds `libredis_lock.so` and
@@ -166,6 +182,8 @@ mod acl;
 mod capi;
 mod clock;
 mod config;
+mod count_down_latch;
+mod counting;
 mod engine;
 mod error;
 mod fair_lock;
@@ -184,6 +202,7 @@ mod owner;
 mod pool;
 mod read_write_lock;
 mod scripts;
+mod semaphore;
 mod stats;
 mod store;
 mod subscriber;
@@ -198,9 +217,17 @@ pub mod lua {
         READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
     };
     pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+    // Semaphores and count-down latches keep their scripts next to them.
+    pub use crate::count_down_latch::{
+        COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,
+    };
+    pub use crate::semaphore::{
+        SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE, SEMAPHORE_TRY_SET_PERMITS,
+    };
 }
 
 pub use config::LockManagerBuilder;
+pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
 pub use guard::LockGuard;
@@ -208,6 +235,7 @@ pub use lock::Lock;
 pub use manager::LockManager;
 pub use options::{AcquireOptions, Lease};
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use semaphore::{Semaphore, SemaphorePermits};
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
@@ -222,4 +250,7 @@ const _: () = {
     assert_send_sync::<WriteLock>();
     assert_send_sync::<Error>();
     assert_send_sync::<Stats>();
+    assert_send_sync::<Semaphore>();
+    assert_send_sync::<SemaphorePermits>();
+    assert_send_sync::<CountDownLatch>();
 };

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, LockManagerBuilder};
+use crate::count_down_latch::CountDownLatch;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::fair_lock::FairLock;
@@ -12,6 +13,7 @@ use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
 use crate::read_write_lock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -97,6 +99,18 @@ impl LockManager {
         ReadWriteLock::new(self.clone(), name)
     }
 
+    /// A handle on the semaphore called `name` (Redisson's `RSemaphore`). No I/O; an invalid
+    /// name is reported by the first operation on the handle.
+    pub fn get_semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the count-down latch called `name` (Redisson's `RCountDownLatch`). No
+    /// I/O; an invalid name is reported by the first operation on the handle.
+    pub fn get_count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name)
+    }
+
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until
     /// the guard is dropped. Re-entrant: the same thread may lock it again.
     ///
@@ -174,7 +188,8 @@ impl LockManager {
         self.engine.queued_thread_count()
     }
 
-    /// How many lock channels local threads are waiting on right now.
+    /// How many channels (of locks, semaphores and latches) local threads are waiting on
+    /// right now.
     pub fn waiting_channel_count(&self) -> usize {
         self.engine.waiting_channel_count()
     }

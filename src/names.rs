@@ -19,6 +19,48 @@ const TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 /// Prefix of a read-write lock's channel.
 const RWLOCK_CHANNEL_PREFIX: &str = "redisson_rwlock";
 
+/// Prefix of a semaphore's channel (Redisson's `RSemaphore`), joined by the brace rule.
+const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
+/// Prefix of a count-down latch's channel (Redisson's `RCountDownLatch`). Redisson always
+/// wraps the name in braces here, without the brace rule: so does this crate.
+const COUNT_DOWN_LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+
+/// Whose messages a channel carries, which decides how they wake its waiters (see
+/// `crate::subscriber`). Told by the channel's prefix: each primitive's prefix is Redisson's,
+/// and none is a prefix of another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChannelKind {
+    /// A lock's unlock channel: `0` wakes one waiter, `1` all.
+    Unlock,
+    /// A semaphore's: every message is the number of permits available after a release.
+    Permits,
+    /// A count-down latch's: `0` means the count reached zero, `1` that a new count was set.
+    Count,
+}
+
+impl ChannelKind {
+    pub(crate) fn of(channel: &str) -> Self {
+        let after = |prefix: &str| channel.strip_prefix(prefix);
+        if after(SEMAPHORE_CHANNEL_PREFIX).is_some_and(|rest| rest.starts_with(':')) {
+            ChannelKind::Permits
+        } else if after(COUNT_DOWN_LATCH_CHANNEL_PREFIX).is_some() {
+            ChannelKind::Count
+        } else {
+            ChannelKind::Unlock
+        }
+    }
+}
+
+/// `redisson_sc:{name}`, where a semaphore's releases are announced (brace rule applies).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed(SEMAPHORE_CHANNEL_PREFIX, name)
+}
+
+/// `redisson_countdownlatch__channel__{name}`, always with braces, as Redisson builds it.
+pub(crate) fn count_down_latch_channel(name: &str) -> String {
+    format!("{COUNT_DOWN_LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
 /// Only the name is stored: one is kept per held lock, and the channel is needed only to wait
@@ -98,7 +140,8 @@ impl LockKeys {
     }
 }
 
-fn check_name(name: &str) -> Result<()> {
+/// Refuses an empty or oversized name (of a lock, semaphore or latch alike).
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidName {
             reason: "the name is empty".into(),
@@ -174,6 +217,17 @@ mod tests {
         assert_eq!(
             tagged.read_timeout_prefix("u:7"),
             "{orders}:42:u:7:rwlock_timeout"
+        );
+    }
+
+    #[test]
+    fn semaphore_and_latch_channels_are_redissons() {
+        assert_eq!(semaphore_channel("pool"), "redisson_sc:{pool}");
+        assert_eq!(semaphore_channel("{pool}:a"), "redisson_sc:{pool}:a");
+        // Redisson's latch channel ignores the brace rule: braces even around a tagged name.
+        assert_eq!(
+            count_down_latch_channel("{job}:7"),
+            "redisson_countdownlatch__channel__{{job}:7}"
         );
     }
 

@@ -32,7 +32,8 @@ pub struct Stats {
     /// Holds found lost: gone at a renewal (expired, force-unlocked or taken over), or whose
     /// confirmed lease ran out without a renewal.
     pub holds_lost: u64,
-    /// Unlock messages received for locks that local threads wait for.
+    /// Messages that woke local waiters: unlock messages for locks, and release, permit and
+    /// count-reached-zero messages for semaphores and count-down latches.
     pub wakeups: u64,
     /// Connections opened again after one was found dead (the pub/sub listener's and pooled
     /// ones).

@@ -6,6 +6,12 @@
 //! and wakes one waiter, a `1` wakes all. A permit that arrives while its waiter is busy with
 //! an attempt is kept, so no release is missed between an attempt and the next sleep.
 //!
+//! Semaphores and count-down latches wait here too, and their messages mean other things
+//! (see [`ChannelKind`], told by the channel's prefix): on a semaphore's channel a message is
+//! the number of permits available after a release, and wakes up to that many waiters (what
+//! Redisson's `SemaphorePubSub` does); on a latch's channel `0` (the count reached zero) wakes
+//! all, and `1` (a new count was set) wakes nobody, since the latch just closed.
+//!
 //! redis-rs' sync `PubSub` borrows its connection and blocks in `get_message`, so only the
 //! listener thread may touch the connection. It reads with a short timeout to notice requests
 //! and shutdown; a waiter that needs a new subscription now publishes on the manager's private
@@ -21,6 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{Connection, PubSub, RedisResult};
 
 use crate::fork::Origin;
+use crate::names::ChannelKind;
 use crate::store::LockStore;
 use crate::threads;
 
@@ -80,6 +87,19 @@ impl Waiters {
         state.permits = (state.permits + 1).min(state.waiters);
         drop(state);
         self.permit.notify_one();
+    }
+
+    /// A semaphore's message: `available` permits are free now, so up to that many waiters
+    /// may try again (more could not all succeed; fewer would leave permits idle).
+    fn release_up_to(&self, available: usize) {
+        let mut state = self.state.lock();
+        let before = state.permits;
+        state.permits = state.permits.saturating_add(available).min(state.waiters);
+        let added = state.permits - before;
+        drop(state);
+        for _ in 0..added {
+            self.permit.notify_one();
+        }
     }
 
     /// A `1` message, or a reconnect after which messages may have been missed: all try again.
@@ -425,20 +445,12 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
                 drop(counts);
                 let waiters = shared.channels.lock().get(channel).cloned();
                 if let Some(waiters) = waiters {
-                    match msg.get_payload_bytes() {
-                        b"0" => {
-                            shared.store.counters.wakeup();
-                            waiters.release_one();
-                        }
-                        b"1" => {
-                            shared.store.counters.wakeup();
-                            waiters.release_all();
-                        }
-                        other => log::debug!(
-                            "ignoring message {:?} on {channel:?}",
-                            String::from_utf8_lossy(other)
-                        ),
+                    let wake = Wake::of(channel, msg.get_payload_bytes());
+                    if wake != Wake::Nobody {
+                        // Counted first: a woken waiter's caller may look at the stats.
+                        shared.store.counters.wakeup();
                     }
+                    wake.apply(&waiters);
                 }
             }
             Err(err) if err.is_timeout() => {
@@ -451,6 +463,59 @@ fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> R
             Err(err) => return Err(err),
         }
     }
+}
+
+/// What a message lets the waiters of its channel do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Nobody,
+    One,
+    /// Up to this many (a semaphore's free permits).
+    UpTo(usize),
+    All,
+}
+
+impl Wake {
+    /// What `payload` on `channel` means, by the protocol the channel belongs to. Messages
+    /// that mean nothing to waiters are ignored: a waiter's poll (or the holder's TTL) bounds
+    /// what a misread message could cost.
+    fn of(channel: &str, payload: &[u8]) -> Self {
+        match (ChannelKind::of(channel), payload) {
+            (ChannelKind::Unlock, b"0") => Wake::One,
+            (ChannelKind::Unlock, b"1") | (ChannelKind::Count, b"0") => Wake::All,
+            // A latch's `1` is a new count: the latch closed, nobody may go.
+            (ChannelKind::Count, b"1") => Wake::Nobody,
+            // Redisson publishes the count after the change, which a foreign writer may have
+            // made zero or negative: then nobody can be served.
+            (ChannelKind::Permits, free) => match std::str::from_utf8(free)
+                .ok()
+                .and_then(|text| text.parse::<i64>().ok())
+            {
+                Some(n) if n > 0 => Wake::UpTo(usize::try_from(n).unwrap_or(usize::MAX)),
+                Some(_) => Wake::Nobody,
+                None => ignored(channel, payload),
+            },
+            _ => ignored(channel, payload),
+        }
+    }
+
+    /// Lets the waiters go as `self` says.
+    fn apply(self, waiters: &Waiters) {
+        match self {
+            Wake::Nobody => {}
+            Wake::One => waiters.release_one(),
+            Wake::UpTo(n) => waiters.release_up_to(n),
+            Wake::All => waiters.release_all(),
+        }
+    }
+}
+
+fn ignored(channel: &str, payload: &[u8]) -> Wake {
+    log::debug!(
+        "ignoring message {:?} on {channel:?}",
+        String::from_utf8_lossy(payload)
+    );
+    Wake::Nobody
 }
 
 /// Subscribes to one channel and tells its waiters the subscription is live, unless Redis
@@ -505,4 +570,65 @@ fn subscribe_one(
         ),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waiters of one channel with `n` threads registered and no permit yet.
+    fn waiters(n: usize) -> Waiters {
+        let waiters = Waiters::new();
+        waiters.state.lock().waiters = n;
+        waiters
+    }
+
+    fn permits(waiters: &Waiters) -> usize {
+        waiters.state.lock().permits
+    }
+
+    /// Delivers `payload` on `channel` to `waiters`; whether anyone may try again.
+    fn wake(channel: &str, waiters: &Waiters, payload: &[u8]) -> bool {
+        let wake = Wake::of(channel, payload);
+        wake.apply(waiters);
+        wake != Wake::Nobody
+    }
+
+    #[test]
+    fn unlock_messages_wake_one_or_all() {
+        let channel = "redisson_lock__channel:{a}";
+        let w = waiters(3);
+        assert!(wake(channel, &w, b"0"));
+        assert_eq!(permits(&w), 1);
+        assert!(wake(channel, &w, b"1"));
+        assert_eq!(permits(&w), 3);
+        let w = waiters(3);
+        assert!(!wake(channel, &w, b"7"));
+        assert_eq!(permits(&w), 0);
+    }
+
+    #[test]
+    fn a_semaphore_message_wakes_as_many_waiters_as_permits_are_free() {
+        let channel = "redisson_sc:{a}";
+        let w = waiters(3);
+        assert!(wake(channel, &w, b"2"));
+        assert_eq!(permits(&w), 2);
+        assert!(wake(channel, &w, b"5"));
+        assert_eq!(permits(&w), 3, "never more than the waiters");
+        let w = waiters(3);
+        for nothing_free in [&b"0"[..], b"-4", b"many"] {
+            assert!(!wake(channel, &w, nothing_free));
+        }
+        assert_eq!(permits(&w), 0);
+    }
+
+    #[test]
+    fn a_latch_opens_for_all_on_zero_and_stays_closed_on_a_new_count() {
+        let channel = "redisson_countdownlatch__channel__{a}";
+        let w = waiters(4);
+        assert!(!wake(channel, &w, b"1"));
+        assert_eq!(permits(&w), 0);
+        assert!(wake(channel, &w, b"0"));
+        assert_eq!(permits(&w), 4);
+    }
 }

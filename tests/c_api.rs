@@ -172,7 +172,7 @@ fn every_function_and_result_code_behaves_as_the_header_says() {
     let exe = compile("api_tour", Link::Static, &[], out.path());
     let args = ["127.0.0.1".into(), server.port().to_string()];
     let output = run(&exe, &args, false);
-    assert_clean_run(&output, "api_tour: 147 checks passed");
+    assert_clean_run(&output, "api_tour: 185 checks passed");
 }
 
 #[test]
@@ -182,5 +182,5 @@ fn the_api_tour_is_clean_under_address_leak_and_ub_sanitizers() {
     let exe = compile("api_tour", Link::Shared, SANITIZERS, out.path());
     let args = ["127.0.0.1".into(), server.port().to_string()];
     let output = run(&exe, &args, true);
-    assert_clean_run(&output, "api_tour: 147 checks passed");
+    assert_clean_run(&output, "api_tour: 185 checks passed");
 }

@@ -70,6 +70,10 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     let inherited = LockManager::new(&server.url())?;
     assert!(!inherited.get_lock("fork:other").is_locked()?);
     support::await_listener(&mut conn, &inherited);
+    // Permits taken by the parent, whose guard the child inherits too.
+    let semaphore = inherited.get_semaphore("fork:semaphore");
+    assert!(semaphore.try_set_permits(2)?);
+    let permits = semaphore.acquire_guard(1)?;
     #[cfg(feature = "capi")]
     let c_manager = {
         let url = std::ffi::CString::new(server.url()).unwrap();
@@ -90,12 +94,23 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
         // Every call is refused with a clear error, and nothing is sent.
-        let refused = match inherited.get_lock("fork:other").is_locked() {
-            Err(err) => err.to_string().contains("create the manager in the child"),
-            Ok(_) => false,
-        };
+        let forked =
+            |err: redis_lock::Error| err.to_string().contains("create the manager in the child");
+        let refused = inherited
+            .get_lock("fork:other")
+            .is_locked()
+            .is_err_and(forked)
+            && semaphore.release(1).is_err_and(forked)
+            && semaphore.try_acquire(1, Duration::ZERO).is_err_and(forked)
+            && inherited
+                .get_count_down_latch("fork:latch")
+                .count_down()
+                .is_err_and(forked);
         let started = Instant::now();
         let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The parent's permits: dropped here, they must not be given back.
+            drop(permits);
+            drop(semaphore);
             // The last reference in the child: Subscriber's and Watchdog's drops run here,
             // where their threads do not exist.
             drop(inherited);
@@ -147,6 +162,14 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     );
     assert!(!inherited.get_lock("fork:other").is_locked()?);
     inherited.lock("fork:other")?.unlock()?;
+    assert_eq!(
+        semaphore.available_permits()?,
+        1,
+        "the child gave back nothing"
+    );
+    drop(permits);
+    assert_eq!(semaphore.available_permits()?, 2);
+    drop(semaphore);
     assert_eq!(holder.get_lock("fork:held").hold_count()?, 1, "still held");
     guard.unlock()?;
     #[cfg(feature = "capi")]

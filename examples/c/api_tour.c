@@ -264,6 +264,75 @@ static void wrong_type(redis_lock_manager *m, const char *host, int port) {
     redisFree(redis);
 }
 
+/* A thread that takes a semaphore's permit (waiting for it) and gives it back. */
+static void *take_a_permit(void *arg) {
+    redis_lock_manager *m = arg;
+    EXPECT(redis_lock_semaphore_acquire(m, "tour:semaphore", 1), REDIS_LOCK_OK);
+    EXPECT(redis_lock_semaphore_release(m, "tour:semaphore", 1), REDIS_LOCK_OK);
+    return NULL;
+}
+
+static void semaphores(redis_lock_manager *m, const char *host, int port) {
+    const char *name = "tour:semaphore";
+    bool flag = false;
+    uint64_t free_permits = 99;
+    EXPECT(redis_lock_semaphore_available_permits(m, name, &free_permits), REDIS_LOCK_OK);
+    CHECK(free_permits == 0); /* it does not exist yet */
+    EXPECT(redis_lock_semaphore_try_set_permits(m, name, 2, &flag), REDIS_LOCK_OK);
+    CHECK(flag);
+    EXPECT(redis_lock_semaphore_try_set_permits(m, name, 5, &flag), REDIS_LOCK_OK);
+    CHECK(!flag); /* it exists: the count is kept */
+    EXPECT(redis_lock_semaphore_acquire(m, name, 2), REDIS_LOCK_OK);
+    flag = true;
+    EXPECT(redis_lock_semaphore_try_acquire(m, name, 1, 50, &flag), REDIS_LOCK_OK);
+    CHECK(!flag); /* the wait passed: still REDIS_LOCK_OK */
+
+    /* Another thread waits for a permit; one released here lets it through. Permits have no
+     * owner, so whoever took them, anyone may give them back. */
+    pthread_t id;
+    CHECK(pthread_create(&id, NULL, take_a_permit, m) == 0);
+    EXPECT(redis_lock_semaphore_release(m, name, 1), REDIS_LOCK_OK);
+    CHECK(pthread_join(id, NULL) == 0);
+    EXPECT(redis_lock_semaphore_available_permits(m, name, &free_permits), REDIS_LOCK_OK);
+    CHECK(free_permits == 1);
+    EXPECT(redis_lock_semaphore_try_acquire(m, name, 1, 1000, &flag), REDIS_LOCK_OK);
+    CHECK(flag);
+    EXPECT(redis_lock_semaphore_release(m, name, 2), REDIS_LOCK_OK);
+    EXPECT(redis_lock_semaphore_available_permits(m, name, &free_permits), REDIS_LOCK_OK);
+    CHECK(free_permits == 2);
+
+    /* Refused before anything is sent. */
+    EXPECT(redis_lock_semaphore_acquire(NULL, name, 1), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_release(m, NULL, 1), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_acquire(m, name, 0), REDIS_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(redis_lock_last_error(), "permits") != NULL);
+    EXPECT(redis_lock_semaphore_try_acquire(m, name, 1, 0, NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_try_acquire(m, name, 1, UINT64_MAX, &flag),
+           REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_try_set_permits(m, name, 1, NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_try_set_permits(m, "", 1, &flag), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_release(m, name, REDIS_LOCK_SEMAPHORE_MAX_PERMITS + 1u),
+           REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_available_permits(m, name, NULL), REDIS_LOCK_INVALID_ARGUMENT);
+    /* Past Redisson's int range: refused by the server, nothing changed. */
+    EXPECT(redis_lock_semaphore_release(m, name, REDIS_LOCK_SEMAPHORE_MAX_PERMITS),
+           REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_lock_semaphore_available_permits(m, name, &free_permits), REDIS_LOCK_OK);
+    CHECK(free_permits == 2);
+
+    /* A key that is not a semaphore is left alone. */
+    redisContext *redis = redisConnect(host, port);
+    CHECK(redis != NULL && redis->err == 0);
+    freeReplyObject(redisCommand(redis, "HSET tour:semaphore-hash field value"));
+    EXPECT(redis_lock_semaphore_release(m, "tour:semaphore-hash", 1), REDIS_LOCK_REDIS_ERROR);
+    EXPECT(redis_lock_semaphore_available_permits(m, "tour:semaphore-hash", &free_permits),
+           REDIS_LOCK_REDIS_ERROR);
+    redisReply *reply = redisCommand(redis, "HGET tour:semaphore-hash field");
+    CHECK(reply != NULL && reply->type == REDIS_REPLY_STRING && strcmp(reply->str, "value") == 0);
+    freeReplyObject(reply);
+    redisFree(redis);
+}
+
 static void watchdog_and_lifetime(const char *url) {
     redis_lock_options opts = redis_lock_options_default();
     opts.watchdog_timeout_ms = 600;
@@ -324,6 +393,7 @@ int main(int argc, char **argv) {
     other_kinds(m);
     stats(m);
     wrong_type(m, argv[1], atoi(argv[2]));
+    semaphores(m, argv[1], atoi(argv[2]));
     redis_lock_manager_free(m);
     watchdog_and_lifetime(url);
 

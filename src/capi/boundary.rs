@@ -20,8 +20,10 @@ pub enum redis_lock_result {
     /// another owner has it); nothing was changed on Redis.
     REDIS_LOCK_NOT_HELD = 2,
     /// Refused before anything was sent: a NULL pointer, a string that is not UTF-8, an empty
-    /// or oversized name, a zero or out-of-range duration, a bad URL or option, a manager (or
-    /// its guard) used in a child process made by fork() after the manager was created.
+    /// or oversized name, a zero or out-of-range duration or permit count, a bad URL or
+    /// option, a manager (or its guard) used in a child process made by fork() after the
+    /// manager was created. Also a semaphore release that would take its count past
+    /// `REDIS_LOCK_SEMAPHORE_MAX_PERMITS` (refused by Redis; nothing was changed).
     REDIS_LOCK_INVALID_ARGUMENT = 3,
     /// Redis could not be reached, refused the credentials, answered with an error (such as a
     /// key of the lock's name that is not a lock), or did not answer in time.

@@ -14,4 +14,5 @@ mod fair_lock;
 mod lock;
 mod manager;
 mod read_write_lock;
+mod semaphore;
 mod stats;

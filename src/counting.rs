@@ -1,0 +1,76 @@
+//! What the semaphore and the count-down latch share: the wait for a condition that another
+//! client announces on a channel (permits released, a count that reached zero).
+//!
+//! Neither has a holder whose TTL bounds the wait, as a lock does, so a waiter also looks
+//! again every [`POLL`]: a message that was lost (the subscription not yet confirmed, a
+//! publish the server refused) or that woke the wrong waiter costs at most that long.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::error::Result;
+
+/// How long a waiter sleeps at most between two looks when no message comes. Redisson does
+/// not poll at all; a second keeps the cost of a lost message bounded, and one request per
+/// second per waiting thread is nothing next to the traffic that wakes it.
+pub(crate) const POLL: Duration = Duration::from_secs(1);
+
+/// How often a waiter looks again while Redis does not answer (it is also woken as soon as
+/// the pub/sub listener has reconnected), as a lock's waiter does.
+const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+
+/// Runs `attempt` until it succeeds (`Ok(true)`) or `deadline` passes (`Ok(false)`; `None`:
+/// no limit), sleeping between attempts until a message on `channel` or [`POLL`].
+///
+/// The first attempt is made before subscribing (the common case needs no subscription); the
+/// second right after, which closes the race with a message published before the
+/// subscription. A waiter rides out Redis not answering for up to one connect timeout (a
+/// restart), as a lock's waiter does; an error before it waited, or any other error, is
+/// returned at once.
+pub(crate) fn wait_on_channel(
+    engine: &Engine,
+    name: &str,
+    channel: &str,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    if attempt()? {
+        return Ok(true);
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Ok(false);
+    }
+    let subscription = engine.subscribe(channel, deadline);
+    let outage_grace = engine.config().connect_timeout;
+    let mut down_since: Option<Instant> = None;
+    loop {
+        let mut sleep = POLL;
+        match attempt() {
+            Ok(true) => return Ok(true),
+            Ok(false) => down_since = None,
+            Err(err) if err.is_connection_error() => {
+                let since = *down_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= outage_grace {
+                    return Err(err);
+                }
+                log::debug!("{name:?}: {err}; waiting for Redis to come back");
+                sleep = OUTAGE_RETRY;
+            }
+            Err(err) => return Err(err),
+        }
+        if let Some(deadline) = deadline {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            sleep = sleep.min(deadline - now);
+        }
+        subscription.wait(sleep);
+    }
+}
+
+/// The deadline of a wait of `wait`, counted from now; `wait` is checked as a lock's is.
+pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
+    crate::config::check_wait(wait)?;
+    Ok(Instant::now() + wait)
+}
