@@ -44,7 +44,22 @@
 //!
 //! Each of them is a shorthand for [`Lock::acquire`] / [`LockManager::acquire`], which take
 //! an [`AcquireOptions`]: a wait limit, a [`Lease`] (watchdog or fixed) and whether to take a
-//! fencing token, in any combination.
+//! fencing token, in any combination. `acquire` returns `None` when the wait passed.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock::{AcquireOptions, Lease, LockManager};
+//!
+//! let manager = LockManager::new("redis://127.0.0.1:6379/")?;
+//! let options = AcquireOptions::new()
+//!     .wait(Duration::from_secs(2))
+//!     .lease(Lease::Fixed(Duration::from_secs(30)))
+//!     .fenced(true);
+//! if let Some(guard) = manager.acquire("reports:daily", options)? {
+//!     println!("token {:?}", guard.fencing_token());
+//! }
+//! # Ok::<(), redis_lock::Error>(())
+//! ```
 //!
 //! The same methods exist on [`Lock`], a cheap handle on one name
 //! ([`LockManager::get_lock`]), which also has the inspection calls
@@ -64,7 +79,23 @@
 //!   Redisson, readers that keep overlapping keep a writer waiting.
 //!
 //! Each has `lock`, `try_lock`, `lock_with_lease`, `try_lock_with_lease` and `acquire`, and
-//! returns a [`LockGuard`]. `docs/DESIGN.md` ("Fair lock" and "Read-write lock" under "On the wire") have
+//! returns a [`LockGuard`]:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # let manager = redis_lock::LockManager::new("redis://127.0.0.1:6379/")?;
+//! let guard = manager.get_fair_lock("reports").lock()?;
+//! drop(guard);
+//! let config = manager.get_read_write_lock("config");
+//! if let Some(_read) = config.read_lock().try_lock(Duration::from_secs(1))? {
+//!     // ... shared with other readers ...
+//! }
+//! # Ok::<(), redis_lock::Error>(())
+//! ```
+//!
+//! Neither has the local line described below: the fair lock's queue orders local threads
+//! too, and shared holds cannot take turns, so each handoff between threads of one manager is
+//! a pub/sub hop. `docs/DESIGN.md` ("Fair lock" and "Read-write lock" under "On the wire") have
 //! their keys, scripts and what differs from Redisson.
 //!
 //! # Ownership and reentrancy
@@ -88,8 +119,11 @@
 //! adaptive window before trying again, so that the woken remote waiter wins. Processes thus
 //! share a busy lock, and a remote waiter sends a few requests per acquisition, not one per
 //! local handoff. The line never outlasts its holder: a holder whose lease ran out or whose
-//! hold was lost is overtaken. `docs/DESIGN.md` has the rules, `BENCHMARKS.md` the figures
-//! (W2 and W6), and [`LockManager::stats`] counts what a manager sends and sees.
+//! hold was lost is overtaken. When yields keep finding the lock free at the longest window
+//! (someone hears the unlocks but never takes the lock, such as a monitoring subscriber), they
+//! are suspended for a second, which can keep out a remote waiter slower than 50 ms for that
+//! long. `docs/DESIGN.md` has the rules, `BENCHMARKS.md` the figures (W2 and W6), and
+//! [`LockManager::stats`] counts what a manager sends and sees.
 //!
 //! # Leases and the watchdog
 //!
@@ -101,10 +135,14 @@
 //!
 //! # Configuration
 //!
-//! [`LockManager::builder`] sets the watchdog timeout, pool size, and connect and response
-//! timeouts; every setter documents its default, and [`build`](LockManagerBuilder::build)
-//! reports bad values as errors. See [`LockManager`] for the threads and connections a manager
-//! owns and how clones share them.
+//! [`LockManager::builder`] sets the watchdog timeout (at least 500 ms), pool size, connect
+//! and response timeouts and the fair lock's wait timeout; every setter documents its default,
+//! and [`build`](LockManagerBuilder::build) reports bad values as errors. Leases and timeouts
+//! are at most 100 years, waits at most 2^52 ms. `build` also checks that the Redis user may
+//! PUBLISH and SUBSCRIBE on the lock channels (Redis 7 ACL users get no channel rights by
+//! default) and fails with [`Error::Connect`] naming the missing right. See [`LockManager`] for
+//! the threads and connections a manager owns, how clones share them, and why a manager must
+//! not be used after `fork()` ([`Error::Forked`]).
 //!
 //! # Errors
 //!
@@ -149,13 +187,33 @@
 //! restart without persistence reads as a semaphore without permits and an open latch, as in
 //! Redisson. `docs/DESIGN.md` describes the wire format.
 //!
+//! # Statistics and metrics
+//!
+//! [`LockManager::stats`] returns a [`Stats`] snapshot of a manager's counters, kept as
+//! atomics at no I/O cost: commands and round trips sent, acquisitions, waits and their total
+//! time, renewal sweeps, renewals and their failures, holds lost, wake-ups, reconnects, local
+//! handoffs and yields to other processes. With the `metrics` feature,
+//! `metrics::MetricsExporter` publishes them through the
+//! [`metrics`](https://docs.rs/metrics) facade each time the program calls its `export()`.
+//!
+//! # Cargo features
+//!
+//! - `capi` (default): the C API, see below.
+//! - `tls` (default): `rediss://` URLs and `LockManagerBuilder::tls_root_certificate`.
+//! - `metrics`: the `metrics` module above.
+//! - `cli`: the `redis-lock` command, a distributed flock(1) (`redis-lock run NAME -- CMD`,
+//!   `redis-lock status NAME`): `cargo install --path . --features cli`, see `docs/CLI.md`.
+//!   Programs using only the library build none of its crates.
+//!
 //! # From C and C++
 //!
 //! With the default `capi` feature the crate also builds `libredis_lock.so` and
 //! `libredis_lock.a`, whose functions are declared in `include/redis_lock.h` (generated by
 //! cbindgen from `src/capi/`). They wrap this API one to one: opaque manager and guard
 //! handles, a `redis_lock_result` code from every call, and `redis_lock_last_error()` for the
-//! message. The README shows how to build and link; `examples/c/` has two programs.
+//! message. Fair and read-write locks return ordinary guards; semaphores are used by manager
+//! and name (`redis_lock_semaphore_*`); count-down latches have no C API yet. The README shows
+//! how to build and link; `examples/c/` has two programs.
 //!
 //! # Dependencies and why
 //!
@@ -172,6 +230,13 @@
 //! - `metrics` (feature `metrics`, off by default): `redis_lock::metrics::MetricsExporter`
 //!   publishes a manager's [`Stats`] through this facade, for programs that already export
 //!   through it.
+//! - `clap` (feature `cli`): the `redis-lock` command's arguments, help and usage errors.
+//! - `signal-hook` (feature `cli`): the command forwards SIGINT, SIGTERM and SIGHUP to its
+//!   child and learns from SIGCHLD that it exited.
+//! - `serde_json` (feature `cli`): `redis-lock status --json`.
+//!
+//! With `cli`, `rustix` also gains `process` and `termios` (signalling the child, the
+//! terminal's width), which adds no crate.
 //!
 //! The connection pool is a small one of our own (`src/pool.rs` says why not r2d2).
 #![deny(missing_docs)]
