@@ -196,11 +196,13 @@ mod lock;
 mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod multi_lock;
 mod names;
 mod options;
 mod owner;
 mod pool;
 mod read_write_lock;
+mod red_lock;
 mod scripts;
 mod semaphore;
 mod stats;
@@ -233,8 +235,10 @@ pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
+pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use options::{AcquireOptions, Lease};
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
 pub use stats::Stats;
 
