@@ -133,6 +133,14 @@
 //! strictly increasing [tokens](LockGuard::fencing_token) that a resource can use to refuse a
 //! stale holder's writes. The README lists what the crate promises under which failures.
 //!
+//! # Several locks at once
+//!
+//! - [`MultiLock`] (Redisson's `RedissonMultiLock`): several locks, of one or several
+//!   managers, taken all or nothing, in the order given.
+//! - [`RedLock`] (Redisson's `RedissonRedLock`): the Redlock algorithm, one lock of the same
+//!   name on each of N independent masters, held by a majority. Its docs say what it does
+//!   and does not promise (process pauses, clock jumps; no fencing token across masters).
+//!
 //! # Semaphores and count-down latches
 //!
 //! A manager also hands out Redisson's other two waiting primitives, stored and announced
@@ -257,4 +265,8 @@ const _: () = {
     assert_send_sync::<Semaphore>();
     assert_send_sync::<SemaphorePermits>();
     assert_send_sync::<CountDownLatch>();
+    assert_send_sync::<MultiLock>();
+    assert_send_sync::<MultiLockGuard>();
+    assert_send_sync::<RedLock>();
+    assert_send_sync::<RedLockGuard>();
 };

@@ -312,12 +312,12 @@ impl RedLockGuard {
     /// are released.
     pub fn lost_signal(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        // Masters that never granted the lock count as lost already.
-        let lost_needed =
-            (self.masters - self.quorum + 1).saturating_sub(self.masters - self.members.len());
+        // The quorum is lost once more than N - quorum masters are; masters that never
+        // granted the lock count as lost already, so of the holds, this many must go.
+        let lost_needed = self.members.len() + 1 - self.quorum;
         let watch = Watch {
             signals: self.members.iter().map(LockGuard::lost_signal).collect(),
-            lost_needed: lost_needed.max(1),
+            lost_needed,
             tell: tx,
         };
         if let Err(crossbeam_channel::SendError(watch)) = watcher().send(watch) {
@@ -332,19 +332,33 @@ impl RedLockGuard {
 
     /// Releases every hold and reports the first error; every master is tried (at once)
     /// whatever the others answer.
-    pub fn unlock(self) -> Result<()> {
-        let results: Vec<Result<()>> = thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .members
-                .into_iter()
-                .map(|guard| scope.spawn(move || guard.unlock()))
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().expect("an unlock panicked"))
-                .collect()
-        });
-        results.into_iter().collect()
+    pub fn unlock(mut self) -> Result<()> {
+        release_all(std::mem::take(&mut self.members))
+    }
+}
+
+/// Releases `members` on their masters at once (a down master must not hold up the others)
+/// and reports the first error.
+fn release_all(members: Vec<LockGuard>) -> Result<()> {
+    let results: Vec<Result<()>> = thread::scope(|scope| {
+        let handles: Vec<_> = members
+            .into_iter()
+            .map(|guard| scope.spawn(move || guard.unlock()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("an unlock panicked"))
+            .collect()
+    });
+    // Every release has run; report the first failure.
+    results.into_iter().collect()
+}
+
+impl Drop for RedLockGuard {
+    fn drop(&mut self) {
+        if let Err(err) = release_all(std::mem::take(&mut self.members)) {
+            log::warn!("releasing a redlock on drop failed: {err}");
+        }
     }
 }
 

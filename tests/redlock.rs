@@ -207,3 +207,40 @@ fn losing_three_of_five_holds_is_reported_but_losing_two_is_not() -> Result<()> 
     }
     Ok(())
 }
+
+#[test]
+fn a_multi_lock_unlock_tries_every_lock_and_reports_the_first_failure() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let multi = MultiLock::new(vec![
+        manager.get_lock("report:a"),
+        manager.get_lock("report:b"),
+        manager.get_lock("report:c"),
+    ]);
+    let guard = multi.lock()?;
+    assert!(manager.get_lock("report:b").force_unlock()?);
+    assert!(guard.unlock().unwrap_err().is_not_held());
+    assert!(!key_exists(&server, "report:a") && !key_exists(&server, "report:c"));
+    Ok(())
+}
+
+#[test]
+fn a_released_red_lock_disconnects_its_lost_signal_and_drop_releases_everywhere() -> Result<()> {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let managers: Vec<_> = servers
+        .iter()
+        .map(|s| manager(s, Duration::from_secs(30)))
+        .collect();
+    let guard = red_lock(&managers, "red:drop").lock()?;
+    let lost = guard.lost_signal();
+    drop(guard);
+    for server in &servers {
+        assert!(!key_exists(server, "red:drop"));
+    }
+    assert_eq!(
+        lost.recv_timeout(Duration::from_secs(5)),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected),
+        "released, not lost"
+    );
+    Ok(())
+}
