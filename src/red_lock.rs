@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::config::check_wait;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::{AcquireOptions, Lease};
@@ -125,6 +125,13 @@ impl RedLock {
     fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<RedLockGuard>> {
         if let Some(wait) = wait {
             check_wait(wait)?;
+        }
+        if self.locks.is_empty() {
+            // No round could ever reach a quorum: `lock` would spin forever.
+            return Err(Error::invalid(
+                "locks",
+                "a RedLock needs at least one master",
+            ));
         }
         let deadline = wait.map(|wait| Instant::now() + wait);
         let mut round = 0u64;
