@@ -251,3 +251,26 @@ fn a_red_lock_without_masters_is_refused() {
     let err = RedLock::new(Vec::new()).lock().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
 }
+
+#[test]
+fn a_red_lock_with_watchdog_leases_is_renewed_past_them() -> Result<()> {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let watchdog = Duration::from_millis(600);
+    let managers: Vec<_> = servers.iter().map(|s| manager(s, watchdog)).collect();
+    // The holds belong to the round's helper threads, gone by now: renewals must not care.
+    let guard = red_lock(&managers, "red:renewed").lock()?;
+    let lost = guard.lost_signal();
+    let validity = guard.validity();
+    assert!(
+        validity > Duration::ZERO && validity <= watchdog,
+        "{validity:?}"
+    );
+    assert!(lost.recv_timeout(watchdog * 3).is_err(), "no loss reported");
+    assert!(!guard.is_lost());
+    assert!(guard.validity() > Duration::ZERO);
+    for server in &servers {
+        assert!(key_exists(server, "red:renewed"));
+    }
+    guard.unlock()?;
+    Ok(())
+}
