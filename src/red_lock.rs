@@ -30,7 +30,8 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 ///
 /// An acquisition runs in **rounds**. In a round every master is tried **at the same time**,
 /// one scoped thread each, with a single attempt (`try_lock(Duration::ZERO)`, no waiting on
-/// pub/sub), so a round lasts about one round trip to the slowest master. The round wins
+/// pub/sub), so a round lasts about one round trip to the slowest master (a master that
+/// does not answer holds it up to its manager's response timeout). The round wins
 /// when at least N/2 + 1 masters granted the lock and the *validity* left is positive:
 ///
 /// validity = lease − time the round took − clock drift, with drift = lease × 1 % + 2 ms.
@@ -41,8 +42,9 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// whose attempt failed or errored (its reply may have been lost after Redis took the lock;
 /// releasing someone else's hold changes nothing), then sleeps 10–50 ms and tries again
 /// until the wait passes. When more than N/2 masters answered with an *error* (down,
-/// unreachable), no round can win: the call releases everywhere and returns that error at
-/// once instead of retrying, also from [`lock`](Self::lock), which would otherwise wait
+/// unreachable, timed out), this round could not win and the next would most likely fail
+/// the same way: the call releases everywhere and returns the first error at once instead of
+/// retrying, also from [`lock`](Self::lock), which would otherwise wait
 /// forever through an outage.
 ///
 /// The holds belong to the helper threads' owner ids, not to the calling thread:
