@@ -1,7 +1,8 @@
 //! Load generator: runs workloads W1–W6 of BENCHMARKS.md, W7 (the fair lock's handoff) and W8
 //! (a read-write lock's throughput) against one Redis server and prints one
 //! table with each figure, the floor it is measured against (in the same run) and the ratio.
-//! A last row measures semaphore acquire/release cycles the same way W1 measures locks.
+//! A row measures semaphore acquire/release cycles the same way W1 measures locks, and a
+//! last one a Redlock over 5 masters (this server and 4 throwaway ones) against one master.
 //!
 //! ```sh
 //! cargo run --release --example loadgen            # the full run (about a minute)
@@ -26,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockGuard, LockManager};
+use redis_lock::{LockGuard, LockManager, RedLock};
 
 /// Counts live heap bytes, so the memory figures are measured, not estimated.
 struct CountingAllocator;
@@ -169,6 +170,7 @@ fn main() -> ExitCode {
     rows.extend(w4_watchdog_scale(&url, &scale));
     rows.extend(w5_waiter_scale(&url, &scale));
     rows.extend(semaphore_cycles(&url, &scale));
+    rows.extend(redlock_cycles(&url, &scale));
     print_table(&rows);
     let violations = VIOLATIONS.lock().unwrap();
     if violations.is_empty() {
@@ -244,6 +246,58 @@ fn w1_uncontended(url: &str, scale: &Scale) -> Vec<Row> {
         row("W1 uncontended", "cycle p99", micros(lock.p99)).against(
             micros(raw.p99),
             lock.p99.as_secs_f64() / raw.p99.as_secs_f64(),
+            "",
+        ),
+    ]
+}
+
+/// Redlock lock+unlock cycles over 5 masters (the run's server and 4 started here, all on
+/// this machine), against lock+unlock cycles on one of them, rounds alternating as in W1.
+/// A Redlock round tries every master at once on scoped threads, so its cycle is about the
+/// slowest master's plus the threads' start-up: the ratio shows that cost, not 5 round trips.
+fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
+    let others: Vec<_> = (0..4).map(|_| support::RedisServer::start()).collect();
+    let mut urls = vec![url.to_owned()];
+    urls.extend(others.iter().map(support::RedisServer::url));
+    let managers: Vec<_> = urls
+        .iter()
+        .map(|url| LockManager::new(url).expect("manager"))
+        .collect();
+    let red = RedLock::new(
+        managers
+            .iter()
+            .map(|m| m.get_lock("loadgen:redlock"))
+            .collect(),
+    );
+    let single = managers[0].get_lock("loadgen:redlock:single");
+    let cycles = scale.w1_cycles / 5; // each cycle starts 10 threads: keep the run short
+    let rounds = 10;
+    let (mut red_samples, mut single_samples) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for _ in 0..cycles / rounds {
+            let start = Instant::now();
+            single.lock().expect("lock").unlock().expect("unlock");
+            single_samples.push(start.elapsed());
+        }
+        for _ in 0..cycles / rounds {
+            let start = Instant::now();
+            let guard = red.lock().expect("redlock");
+            if guard.guards().len() != 5 {
+                violation(format!(
+                    "redlock held {} of 5 uncontended masters",
+                    guard.guards().len()
+                ));
+            }
+            guard.unlock().expect("unlock");
+            red_samples.push(start.elapsed());
+        }
+    }
+    let red = percentiles(&mut red_samples);
+    let single = percentiles(&mut single_samples);
+    vec![
+        row("Redlock over 5 masters", "cycle p50", micros(red.p50)).against(
+            micros(single.p50),
+            red.p50.as_secs_f64() / single.p50.as_secs_f64(),
             "",
         ),
     ]

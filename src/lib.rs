@@ -7,7 +7,9 @@
 //! and a Rust service can share one lock.
 //!
 //! There is no async runtime: every call blocks the calling thread, and the crate runs two
-//! background threads per [`LockManager`] whatever the number of locks.
+//! background threads per [`LockManager`] whatever the number of locks ([`RedLock`] adds
+//! short-lived threads while it acquires and releases, and one per process once a
+//! [`RedLockGuard::lost_signal`] is asked for).
 //!
 //! # Usage
 //!
@@ -171,6 +173,14 @@
 //! strictly increasing [tokens](LockGuard::fencing_token) that a resource can use to refuse a
 //! stale holder's writes. The README lists what the crate promises under which failures.
 //!
+//! # Several locks at once
+//!
+//! - [`MultiLock`] (Redisson's `RedissonMultiLock`): several locks, of one or several
+//!   managers, taken all or nothing, in the order given.
+//! - [`RedLock`] (Redisson's `RedissonRedLock`): the Redlock algorithm, one lock of the same
+//!   name on each of N independent masters, held by a majority. Its docs say what it does
+//!   and does not promise (process pauses, clock jumps; no fencing token across masters).
+//!
 //! # Semaphores and count-down latches
 //!
 //! A manager also hands out Redisson's other two waiting primitives, stored and announced
@@ -261,11 +271,13 @@ mod lock;
 mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod multi_lock;
 mod names;
 mod options;
 mod owner;
 mod pool;
 mod read_write_lock;
+mod red_lock;
 mod scripts;
 mod semaphore;
 mod stats;
@@ -298,8 +310,10 @@ pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
+pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use options::{AcquireOptions, Lease};
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
 pub use stats::Stats;
 
@@ -318,4 +332,8 @@ const _: () = {
     assert_send_sync::<Semaphore>();
     assert_send_sync::<SemaphorePermits>();
     assert_send_sync::<CountDownLatch>();
+    assert_send_sync::<MultiLock>();
+    assert_send_sync::<MultiLockGuard>();
+    assert_send_sync::<RedLock>();
+    assert_send_sync::<RedLockGuard>();
 };

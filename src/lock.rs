@@ -215,6 +215,19 @@ impl Lock {
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))
     }
 
+    /// Releases one hold of thread `thread` of this lock's manager, straight on Redis: for an
+    /// acquire made on a helper thread whose reply never came (so no guard exists), which
+    /// may or may not have taken the lock. Someone else's hold is left alone.
+    pub(crate) fn release_hold_of_thread(&self, thread: u64) -> Result<()> {
+        let keys = self.keys()?;
+        let engine = self.engine()?;
+        let owner = crate::owner::owner_field(engine.client_id(), thread);
+        engine
+            .store()
+            .release(keys, engine.config().watchdog_timeout_ms, &owner, 0, None)
+            .map(drop)
+    }
+
     /// [`acquire`](Self::acquire) for options without a wait limit.
     fn acquire_waiting(&self, options: AcquireOptions) -> Result<LockGuard> {
         self.acquire(options)

@@ -1,0 +1,114 @@
+//! [`MultiLock`]: several locks taken as one, all or nothing (Redisson's `RedissonMultiLock`).
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::config::check_wait;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+
+/// Several [`Lock`]s, possibly of different managers (so different Redis servers), acquired
+/// as one: all of them or none (Redisson's `RedissonMultiLock`).
+///
+/// The locks are acquired one after another **in the order given**, on the calling thread
+/// (so each hold is the calling thread's, and re-enters a lock it already holds). Two
+/// `MultiLock`s that share locks cannot deadlock as long as every program lists shared locks
+/// in the same order; list them in different orders and `lock` may wait forever, as with any
+/// pair of mutexes (`try_lock` gives up when its wait passes).
+///
+/// A failure part way (an error, or the wait passing) releases every hold already taken
+/// before the call returns.
+#[derive(Clone)]
+pub struct MultiLock {
+    locks: Vec<Lock>,
+}
+
+impl MultiLock {
+    /// A multi-lock over `locks`, acquired in this order.
+    pub fn new(locks: Vec<Lock>) -> Self {
+        MultiLock { locks }
+    }
+
+    /// The locks, in acquisition order.
+    pub fn locks(&self) -> &[Lock] {
+        &self.locks
+    }
+
+    /// Waits as long as it takes to acquire every lock, each with the watchdog lease of its
+    /// manager. On an error the holds taken so far are released and the error returned.
+    pub fn lock(&self) -> Result<MultiLockGuard> {
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            // On `?` the guards taken so far drop, which releases them.
+            guards.push(lock.lock()?);
+        }
+        Ok(MultiLockGuard { guards })
+    }
+
+    /// Tries to acquire every lock within `wait` in all (not per lock), watchdog leases.
+    /// `Ok(None)` when the wait passed first; the holds taken so far are then released, as
+    /// they are on an error. `Duration::ZERO` makes one attempt per lock.
+    pub fn try_lock(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        // Checked here as each lock would, so a bad wait fails before anything is taken.
+        check_wait(wait)?;
+        let deadline = Instant::now() + wait;
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            // Every lock gets what is left of the one wait, so the call is bounded by it.
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lock.try_lock(left)? {
+                Some(guard) => guards.push(guard),
+                None => return Ok(None), // `guards` drops: all released
+            }
+        }
+        Ok(Some(MultiLockGuard { guards }))
+    }
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("locks", &self.locks)
+            .finish()
+    }
+}
+
+/// The holds of a [`MultiLock`], one per lock; dropping it releases them all (failures are
+/// logged), [`unlock`](Self::unlock) releases them all and reports.
+#[must_use = "the locks are released as soon as the guard is dropped"]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The guards, in acquisition order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether any of the holds is lost ([`LockGuard::is_lost`]); no I/O.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Releases every hold, in reverse order of acquisition, and reports the first error;
+    /// a failed release does not stop the others from being tried.
+    pub fn unlock(self) -> Result<()> {
+        let mut first = None;
+        for guard in self.guards.into_iter().rev() {
+            if let Err(err) = guard.unlock() {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("guards", &self.guards)
+            .finish()
+    }
+}

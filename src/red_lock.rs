@@ -1,0 +1,449 @@
+//! [`RedLock`]: the Redlock algorithm over independent masters (Redisson's `RedissonRedLock`).
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, Sender};
+
+use crate::config::check_wait;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+use crate::options::{AcquireOptions, Lease};
+
+/// The pause between two rounds of attempts: short, and varied so that two clients that
+/// collided do not collide again in step (the distlock page's "random delay").
+const BACKOFF_MIN_MS: u64 = 10;
+const BACKOFF_SPREAD_MS: u64 = 40;
+
+/// One lock of the same name on each of N independent Redis masters, held when a majority
+/// (N/2 + 1) of them is: the Redlock algorithm as described on redis.io's distributed-lock
+/// page, and Redisson's `RedissonRedLock`.
+///
+/// Give it one [`Lock`] per master, all of the same name, each from its own
+/// [`LockManager`](crate::LockManager) connected to a different server (no replication
+/// between them).
+///
+/// # How it acquires
+///
+/// An acquisition runs in **rounds**. In a round every master is tried **at the same time**,
+/// one scoped thread each, with a single attempt (`try_lock(Duration::ZERO)`, no waiting on
+/// pub/sub), so a round lasts about one round trip to the slowest master (a master that
+/// does not answer holds it up to its manager's response timeout). The round wins
+/// when at least N/2 + 1 masters granted the lock and the *validity* left is positive:
+///
+/// validity = lease − time the round took − clock drift, with drift = lease × 1 % + 2 ms.
+///
+/// For a watchdog lease the lease counted is the smallest confirmed lease left
+/// ([`LockGuard::remaining_lease`]) among the holds won, which already has the round's time
+/// taken off. A round that loses releases the lock on **every** master, including those
+/// whose attempt failed or errored (its reply may have been lost after Redis took the lock;
+/// releasing someone else's hold changes nothing), then sleeps 10–50 ms and tries again
+/// until the wait passes. When more than N/2 masters answered with an *error* (down,
+/// unreachable, timed out), this round could not win and the next would most likely fail
+/// the same way: the call releases everywhere and returns the first error at once instead of
+/// retrying, also from [`lock`](Self::lock), which would otherwise wait
+/// forever through an outage.
+///
+/// The holds belong to the helper threads' owner ids, not to the calling thread:
+/// [`Lock::is_held_by_current_thread`] is `false` for them and a second acquisition from the
+/// same thread does not re-enter, it waits like anyone else. The guard releases them from
+/// any thread.
+///
+/// # What Redlock promises, and what it does not
+///
+/// While the clocks of the client and of the masters run at about the same rate, and no
+/// process pauses, at most one client holds a majority at a time, and the lock survives
+/// the loss of up to (N−1)/2 masters. It does **not** protect against:
+///
+/// - **Process pauses** (GC, swapping, a stopped VM, a long page fault): a holder can pause
+///   past its validity, the lock expires, another client takes it, and the first resumes
+///   believing it still holds it. No check in the client can close that gap, since the
+///   pause can come right after the check.
+/// - **Clock jumps** on a master (an operator or NTP stepping the clock) make keys expire
+///   early, so two clients can hold majorities at once; a master that restarts without
+///   persistence forgets its holds likewise (Redis' own advice: delay its restart by a lease).
+///
+/// Martin Kleppmann's "How to do distributed locking" makes these points; his remedy is a
+/// **fencing token** checked by the protected resource. This crate's fencing tokens
+/// ([`Lock::lock_fenced`]) come from a counter on *one* master: tokens from different
+/// masters are not comparable, and a `RedLock` has no token. Where correctness (not just
+/// efficiency) depends on mutual exclusion, use a single lock with fencing tokens, or a
+/// consensus system.
+///
+/// # Losing the quorum
+///
+/// After acquisition the holds are watched as any guard's are: each manager's watchdog renews
+/// watchdog leases. [`RedLockGuard::is_lost`] says (without I/O) whether fewer than a quorum
+/// of holds are still confirmed, and [`RedLockGuard::lost_signal`] is told when more than
+/// N/2 masters' holds have been found lost.
+#[derive(Clone)]
+pub struct RedLock {
+    locks: Vec<Lock>,
+}
+
+impl RedLock {
+    /// A Redlock over `locks`: one lock of the same name per independent master.
+    pub fn new(locks: Vec<Lock>) -> Self {
+        RedLock { locks }
+    }
+
+    /// The locks, one per master.
+    pub fn locks(&self) -> &[Lock] {
+        &self.locks
+    }
+
+    /// How many masters must grant the lock: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.locks.len() / 2 + 1
+    }
+
+    /// Waits as long as it takes (retrying rounds) for a quorum, watchdog leases.
+    /// Returns the error when more than N/2 masters fail with one in a round.
+    pub fn lock(&self) -> Result<RedLockGuard> {
+        self.acquire(None, Lease::Watchdog)
+            .map(|guard| guard.expect("waits without limit"))
+    }
+
+    /// Tries for a quorum for up to `wait`, watchdog leases. `Ok(None)` when the wait passed
+    /// without one; `Duration::ZERO` makes one round.
+    pub fn try_lock(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
+        self.acquire(Some(wait), Lease::Watchdog)
+    }
+
+    /// Tries for a quorum for up to `wait`, with a fixed `lease` on every master, never
+    /// renewed. The guard's [`validity`](RedLockGuard::validity) is how long of it is left
+    /// for sure.
+    pub fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<RedLockGuard>> {
+        self.acquire(Some(wait), Lease::Fixed(lease))
+    }
+
+    fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<RedLockGuard>> {
+        if let Some(wait) = wait {
+            check_wait(wait)?;
+        }
+        if self.locks.is_empty() {
+            // No round could ever reach a quorum: `lock` would spin forever.
+            return Err(Error::invalid(
+                "locks",
+                "a RedLock needs at least one master",
+            ));
+        }
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let mut round = 0u64;
+        loop {
+            if let Some(guard) = self.round(lease)? {
+                return Ok(Some(guard));
+            }
+            round += 1;
+            let pause = Duration::from_millis(BACKOFF_MIN_MS + jitter(round) % BACKOFF_SPREAD_MS);
+            match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    thread::sleep(pause.min(left));
+                }
+                None => thread::sleep(pause),
+            }
+        }
+    }
+
+    /// One round: every master tried at once; a guard if it won, `None` if it lost, the
+    /// error if more than N/2 masters errored.
+    fn round(&self, lease: Lease) -> Result<Option<RedLockGuard>> {
+        let options = AcquireOptions::new().wait(Duration::ZERO).lease(lease);
+        let started = Instant::now();
+        let attempts: Vec<(Result<Option<LockGuard>>, u64)> = thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .locks
+                .iter()
+                .map(|lock| {
+                    scope.spawn(move || {
+                        // The thread number is the owner id of a hold this attempt may have
+                        // taken without its reply arriving: kept to release it.
+                        (lock.acquire(options), crate::owner::current_thread_number())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("an acquire attempt panicked"))
+                .collect()
+        });
+        let elapsed = started.elapsed();
+        let quorum = self.quorum();
+        let mut members = Vec::with_capacity(self.locks.len());
+        let mut missed = Vec::new();
+        let mut first_error = None;
+        let mut errors = 0;
+        for (lock, (attempt, thread)) in self.locks.iter().zip(attempts) {
+            match attempt {
+                Ok(Some(guard)) => members.push(guard),
+                Ok(None) => missed.push((lock, thread)),
+                Err(err) => {
+                    errors += 1;
+                    first_error.get_or_insert(err);
+                    missed.push((lock, thread));
+                }
+            }
+        }
+        let validity = validity(lease, elapsed, &members);
+        if members.len() >= quorum && !validity.is_zero() {
+            return Ok(Some(RedLockGuard {
+                members,
+                quorum,
+                masters: self.locks.len(),
+                validity: match lease {
+                    Lease::Fixed(_) => Some(validity),
+                    Lease::Watchdog => None,
+                },
+            }));
+        }
+        release_everywhere(members, &missed);
+        if errors > self.locks.len() / 2 {
+            return Err(first_error.expect("errors were counted"));
+        }
+        Ok(None)
+    }
+}
+
+impl fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLock")
+            .field("locks", &self.locks)
+            .finish()
+    }
+}
+
+/// The validity of a round's holds; zero when none is left.
+fn validity(lease: Lease, elapsed: Duration, members: &[LockGuard]) -> Duration {
+    let (lease, elapsed) = match lease {
+        Lease::Fixed(lease) => (lease, elapsed),
+        // The confirmed leases left already count from when each request was sent.
+        Lease::Watchdog => match members.iter().filter_map(LockGuard::remaining_lease).min() {
+            Some(left) => (left, Duration::ZERO),
+            None => return Duration::ZERO,
+        },
+    };
+    let drift = lease / 100 + Duration::from_millis(2);
+    lease.saturating_sub(elapsed).saturating_sub(drift)
+}
+
+/// Releases a lost round's holds, and the holds the missed attempts may have taken, on every
+/// master at once (a down master must not hold up the others). Failures are only logged:
+/// the holds expire with their lease anyway.
+fn release_everywhere(members: Vec<LockGuard>, missed: &[(&Lock, u64)]) {
+    thread::scope(|scope| {
+        for guard in members {
+            scope.spawn(move || {
+                if let Err(err) = guard.unlock() {
+                    log::debug!("redlock: releasing a losing round's hold failed: {err}");
+                }
+            });
+        }
+        for &(lock, thread) in missed {
+            scope.spawn(move || {
+                if let Err(err) = lock.release_hold_of_thread(thread) {
+                    log::debug!("redlock: releasing on a master that missed failed: {err}");
+                }
+            });
+        }
+    });
+}
+
+/// A cheap varying number for the backoff (no `rand` dependency): the clock's nanoseconds
+/// mixed with the round number.
+fn jitter(round: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::from(since.subsec_nanos()));
+    (nanos ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 7
+}
+
+/// The holds of a [`RedLock`] on a quorum (or more) of its masters; dropping it releases
+/// them all (failures are logged), [`unlock`](Self::unlock) releases them all and reports.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct RedLockGuard {
+    /// The holds won, one per master that granted the lock.
+    members: Vec<LockGuard>,
+    quorum: usize,
+    masters: usize,
+    /// The validity computed at acquisition, for a fixed lease.
+    validity: Option<Duration>,
+}
+
+impl RedLockGuard {
+    /// How long the lock is held for sure, as far as this client can tell.
+    ///
+    /// For a fixed lease: the validity computed at acquisition (lease − acquisition time −
+    /// drift), a constant; it does not count down. For watchdog leases: the lease the quorum
+    /// still has now, the `quorum`-th largest confirmed lease left among the holds (zero when
+    /// the quorum is lost); it goes back up at every renewal.
+    pub fn validity(&self) -> Duration {
+        if let Some(validity) = self.validity {
+            return validity;
+        }
+        let mut left: Vec<Duration> = self
+            .members
+            .iter()
+            .filter_map(LockGuard::remaining_lease)
+            .collect();
+        left.sort_unstable_by(|a, b| b.cmp(a));
+        left.get(self.quorum - 1).copied().unwrap_or(Duration::ZERO)
+    }
+
+    /// The holds, one per master that granted the lock (at least a quorum of them).
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.members
+    }
+
+    /// Whether the quorum is lost: fewer than N/2 + 1 holds are still confirmed
+    /// ([`LockGuard::is_lost`] of each). No I/O.
+    pub fn is_lost(&self) -> bool {
+        self.members.iter().filter(|guard| !guard.is_lost()).count() < self.quorum
+    }
+
+    /// A receiver that gets one message when more than N/2 masters' holds have been found
+    /// lost (each hold's [`LockGuard::lost_signal`]); disconnected if the guard is released
+    /// first. Each call registers a new receiver: take one and keep it.
+    ///
+    /// No thread per guard: the members' signals are combined by one watcher thread per
+    /// process, started by the first call, which waits on all registered signals with
+    /// `crossbeam_channel::Select` and forgets a registration once it has fired or its holds
+    /// are released.
+    pub fn lost_signal(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        // The quorum is lost once more than N - quorum masters are; masters that never
+        // granted the lock count as lost already, so of the holds, this many must go.
+        let lost_needed = self.members.len() + 1 - self.quorum;
+        let watch = Watch {
+            signals: self.members.iter().map(LockGuard::lost_signal).collect(),
+            lost_needed,
+            tell: tx,
+        };
+        if let Err(crossbeam_channel::SendError(watch)) = watcher().send(watch) {
+            // No watcher thread could be started: fall back to telling now if already lost,
+            // otherwise the receiver stays silent until the guard is released.
+            if self.is_lost() {
+                let _ = watch.tell.try_send(());
+            }
+        }
+        rx
+    }
+
+    /// Releases every hold and reports the first error; every master is tried (at once)
+    /// whatever the others answer.
+    pub fn unlock(mut self) -> Result<()> {
+        release_all(std::mem::take(&mut self.members))
+    }
+}
+
+/// Releases `members` on their masters at once (a down master must not hold up the others)
+/// and reports the first error.
+fn release_all(members: Vec<LockGuard>) -> Result<()> {
+    let results: Vec<Result<()>> = thread::scope(|scope| {
+        let handles: Vec<_> = members
+            .into_iter()
+            .map(|guard| scope.spawn(move || guard.unlock()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("an unlock panicked"))
+            .collect()
+    });
+    // Every release has run; report the first failure.
+    results.into_iter().collect()
+}
+
+impl Drop for RedLockGuard {
+    fn drop(&mut self) {
+        if let Err(err) = release_all(std::mem::take(&mut self.members)) {
+            log::warn!("releasing a redlock on drop failed: {err}");
+        }
+    }
+}
+
+impl fmt::Debug for RedLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLockGuard")
+            .field("holds", &self.members.len())
+            .field("masters", &self.masters)
+            .field("validity", &self.validity())
+            .finish()
+    }
+}
+
+/// One [`RedLockGuard::lost_signal`] receiver, as the watcher thread follows it.
+struct Watch {
+    /// The members' lost signals not yet fired nor disconnected.
+    signals: Vec<Receiver<()>>,
+    /// How many of them must fire before the quorum is lost.
+    lost_needed: usize,
+    tell: Sender<()>,
+}
+
+/// The process' one watcher thread's mailbox; it is started on first use. A sender whose
+/// thread could not be started has a dropped receiver, so sends fail.
+fn watcher() -> &'static Sender<Watch> {
+    static WATCHER: OnceLock<Sender<Watch>> = OnceLock::new();
+    WATCHER.get_or_init(|| {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let spawned = thread::Builder::new()
+            .name("redis-lock-redlock-watch".into())
+            .spawn(move || watch(rx));
+        if let Err(err) = spawned {
+            log::warn!("redlock: cannot start the lost-quorum watcher: {err}");
+        }
+        tx
+    })
+}
+
+/// The watcher thread: waits on every registered member signal at once.
+fn watch(mailbox: Receiver<Watch>) {
+    let mut watches: Vec<Watch> = Vec::new();
+    loop {
+        let mut select = Select::new();
+        select.recv(&mailbox);
+        let mut index = Vec::new();
+        for (w, watch) in watches.iter().enumerate() {
+            for (s, signal) in watch.signals.iter().enumerate() {
+                select.recv(signal);
+                index.push((w, s));
+            }
+        }
+        let op = select.select();
+        if op.index() == 0 {
+            match op.recv(&mailbox) {
+                Ok(watch) => watches.push(watch),
+                Err(_) => return, // the process is exiting
+            }
+            continue;
+        }
+        let (w, s) = index[op.index() - 1];
+        let fired = op.recv(&watches[w].signals[s]).is_ok();
+        drop(select); // it borrows the signals
+        let watch = &mut watches[w];
+        watch.signals.remove(s);
+        if fired {
+            watch.lost_needed -= 1;
+            if watch.lost_needed == 0 {
+                let _ = watch.tell.try_send(());
+                watches.remove(w);
+                continue;
+            }
+        }
+        if watch.signals.is_empty() {
+            // Every hold ended without the quorum being lost: released; dropping `tell`
+            // disconnects the receiver.
+            watches.remove(w);
+        }
+    }
+}
