@@ -22,6 +22,7 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
+use crate::scripts::latched_script;
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
@@ -149,14 +150,10 @@ return 0
 /// caller holds no hold: nil. Else one hold fewer: 0 while holds remain (lease re-applied);
 /// on the last, the lock is deleted, `0` is published on the head waiter's channel, and the
 /// reply is 1. No local handoff: the queue decides who is next.
-pub const FAIR_RELEASE: &str = r#"
-for i = 6, #KEYS do
-    redis.call('del', KEYS[i])
-end
-local done = redis.call('get', KEYS[5])
-if done then
-    return tonumber(done)
-end
+pub const FAIR_RELEASE: &str = latched_script!(
+    latch = 5,
+    earlier = 6,
+    r#"
 local now = tonumber(ARGV[4])
 while true do
     local first = redis.call('lindex', KEYS[2], 0)
@@ -193,7 +190,8 @@ else
 end
 redis.call('set', KEYS[5], result, 'px', ARGV[6])
 return result
-"#;
+"#
+);
 
 static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ACQUIRE));
 static ABANDON_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ABANDON));

@@ -23,6 +23,7 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
+use crate::scripts::latched_script;
 use crate::store::{query_loading, Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
@@ -74,14 +75,10 @@ return redis.call('pttl', KEYS[1])
 /// keys, and the reply is 0 (still held); if none has any TTL left, a lock in `write` mode is
 /// still held (0), a lock in `read` mode is over. Over: the hash is deleted, `0` published,
 /// reply 1.
-pub const READ_RELEASE: &str = r#"
-for i = 6, #KEYS do
-    redis.call('del', KEYS[i])
-end
-local done = redis.call('get', KEYS[5])
-if done then
-    return tonumber(done)
-end
+pub const READ_RELEASE: &str = latched_script!(
+    latch = 5,
+    earlier = 6,
+    r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then
     redis.pcall(ARGV[3], KEYS[2], ARGV[1])
@@ -120,7 +117,8 @@ if result == 1 then
 end
 redis.call('set', KEYS[5], result, 'px', ARGV[4])
 return result
-"#;
+"#
+);
 
 /// The write acquire. `KEYS[1]` lock key, `KEYS[2]` (optional) fencing counter. `ARGV[1]`
 /// lease ms, `ARGV[2]` the writer field (`<owner>:write`).
@@ -167,14 +165,10 @@ return redis.call('pttl', KEYS[1])
 /// `1` published; with the writer's own read holds left, the mode becomes `read` and `1` is
 /// published too (ours: Redisson publishes nothing there, leaving waiting readers to their
 /// TTL). Reply 1.
-pub const WRITE_RELEASE: &str = r#"
-for i = 4, #KEYS do
-    redis.call('del', KEYS[i])
-end
-local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
-end
+pub const WRITE_RELEASE: &str = latched_script!(
+    latch = 3,
+    earlier = 4,
+    r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then
     redis.pcall(ARGV[4], KEYS[2], ARGV[1])
@@ -198,7 +192,8 @@ else
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[5])
 return result
-"#;
+"#
+);
 
 /// The read renewal. For each hold `i`: `KEYS[2i - 1]` lock key, `KEYS[2i]` the lock's key
 /// prefix; `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field. If the owner still

@@ -6,6 +6,25 @@
 
 use redis::Script;
 
+/// Builds a release script made idempotent by an unlock latch: `body` runs after the prologue
+/// every kind's release shares, which deletes this client's earlier latches of the lock
+/// (`KEYS[earlier..]`, their replies are in hand) and answers a repeated call (this call's
+/// latch, `KEYS[latch]`, exists) with the first call's reply. The body stores its reply in
+/// `KEYS[latch]` with the latch TTL.
+macro_rules! latched_script {
+    (latch = $latch:literal, earlier = $earlier:literal, $body:literal) => {
+        concat!(
+            "\nfor i = ",
+            $earlier,
+            ", #KEYS do\n    redis.call('del', KEYS[i])\nend\nlocal done = redis.call('get', KEYS[",
+            $latch,
+            "])\nif done then\n    return tonumber(done)\nend",
+            $body
+        )
+    };
+}
+pub(crate) use latched_script;
+
 /// `KEYS[1]` lock key. `ARGV[1]` lease ms, `ARGV[2]` owner field.
 /// Replies nil when acquired (new or re-entered), else the holder's PTTL.
 pub const ACQUIRE: &str = r#"
@@ -81,14 +100,10 @@ return redis.call('pttl', KEYS[1])
 /// for the next owner, 1 when left free. A repeated call (same latch) gets the first call's
 /// reply and changes nothing. A publish the server refuses (an ACL without channel rights)
 /// does not undo the release: the release is reported, and nobody heard it.
-pub const RELEASE: &str = r#"
-for i = 4, #KEYS do
-    redis.call('del', KEYS[i])
-end
-local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
-end
+pub const RELEASE: &str = latched_script!(
+    latch = 3,
+    earlier = 4,
+    r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
@@ -112,7 +127,8 @@ else
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[5])
 return result
-"#;
+"#
+);
 
 /// KEYS: lock keys. `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field for `KEYS[i]`.
 /// Replies one integer per key: 1 renewed, 0 the owner's hold is gone (lost).
