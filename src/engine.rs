@@ -56,7 +56,8 @@ pub(crate) struct Held {
 pub(crate) struct Engine {
     // Field order is drop order: stop the threads before the store they use goes away.
     subscriber: Subscriber,
-    watchdog: Watchdog,
+    /// Held only to be dropped: its Drop stops and joins the renewal thread.
+    _watchdog: Watchdog,
     holds: Arc<Holds>,
     line: Line,
     store: Arc<LockStore>,
@@ -121,7 +122,7 @@ impl Engine {
             .map_err(thread_error)?;
         Ok(Engine {
             subscriber,
-            watchdog,
+            _watchdog: watchdog,
             holds,
             line: Line::new(config.renewal_period()),
             store,
@@ -169,7 +170,6 @@ impl Engine {
     }
 
     pub(crate) fn renewing_count(&self) -> usize {
-        let _ = &self.watchdog; // renewals happen on its thread; the registry counts them
         self.holds.renewing_count()
     }
 
@@ -522,9 +522,13 @@ impl Engine {
             u64::from(last && uses_line && self.subscriber.is_listening(&channel))
         };
         // What this manager's listener will have heard on the channel once this release's own
-        // unlock message is in, if nobody else releases the lock meanwhile.
-        let messages_expected =
-            self.subscriber.message_count(&channel) + u64::from(ignored_listeners == 1);
+        // unlock message is in, if nobody else releases the lock meanwhile: only a release
+        // that may yield (a last hold, with the line) needs it.
+        let messages_expected = if last && uses_line {
+            self.subscriber.message_count(&channel) + u64::from(ignored_listeners == 1)
+        } else {
+            0
+        };
         // Taken before the request goes out: the successor's lease counts from no later.
         let sent = BootInstant::now();
         let outcome = kind.release(

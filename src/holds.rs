@@ -101,6 +101,16 @@ pub(crate) struct HoldKey {
     pub(crate) thread: u64,
 }
 
+impl HoldKey {
+    fn new(kind: &'static dyn LockKind, keys: &Arc<LockKeys>, thread: u64) -> Self {
+        HoldKey {
+            kind,
+            keys: Arc::clone(keys),
+            thread,
+        }
+    }
+}
+
 impl PartialEq for HoldKey {
     fn eq(&self, other: &Self) -> bool {
         self.thread == other.thread
@@ -188,11 +198,7 @@ impl Holds {
         sent: BootInstant,
         lease: Duration,
     ) -> Arc<HoldStatus> {
-        let key = HoldKey {
-            kind,
-            keys: Arc::clone(keys),
-            thread,
-        };
+        let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
         let hold = state.holds.entry(key).or_insert_with(|| Hold {
             renewed: 0,
@@ -235,11 +241,7 @@ impl Holds {
         thread: u64,
         renewed: bool,
     ) -> HoldsLeft {
-        let key = HoldKey {
-            kind,
-            keys: Arc::clone(keys),
-            thread,
-        };
+        let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
         let Some(hold) = state.holds.get_mut(&key) else {
             return HoldsLeft::default();
@@ -272,11 +274,7 @@ impl Holds {
         sent: BootInstant,
         lease: Duration,
     ) {
-        let key = HoldKey {
-            kind,
-            keys: Arc::clone(keys),
-            thread,
-        };
+        let key = HoldKey::new(kind, keys, thread);
         if let Some(hold) = self.state.lock().holds.get(&key) {
             hold.status.confirm(lease_deadline(sent, lease));
         }
@@ -289,11 +287,7 @@ impl Holds {
         keys: &Arc<LockKeys>,
         thread: u64,
     ) -> u32 {
-        let key = HoldKey {
-            kind,
-            keys: Arc::clone(keys),
-            thread,
-        };
+        let key = HoldKey::new(kind, keys, thread);
         let state = self.state.lock();
         state
             .holds
