@@ -63,7 +63,7 @@ pub(crate) fn check_subscribe(
     channels: &[&str],
     response_timeout: Duration,
 ) -> Result<()> {
-    let mut conn = store.connect_subscriber()?;
+    let mut conn = store.connect_listener("")?;
     let probe_error = |source: RedisError| Error::Redis {
         operation: "checking the right to subscribe",
         source,

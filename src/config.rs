@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 
@@ -42,6 +43,9 @@ pub(crate) const DEFAULT_POOL_SIZE: usize = 8;
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time Redis may take to answer one command.
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default time an acquire waits for a replica's acknowledgement (Redisson's
+/// `slavesSyncTimeout`).
+pub(crate) const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time a fair-lock waiter without a wait limit keeps its place in the queue after the
 /// place before it ran out (Redisson's `fairLockWaitTimeout`).
 pub(crate) const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -87,6 +91,9 @@ pub(crate) struct Config {
     pub(crate) fair_lock_wait_timeout_ms: u64,
     /// PEM root certificates to trust for `rediss://` instead of the system's.
     pub(crate) tls_root_certificate: Option<Pem>,
+    /// Whether acquires and releases wait for a replica's acknowledgement.
+    pub(crate) replica_sync: bool,
+    pub(crate) replica_sync_timeout: Duration,
 }
 
 /// PEM bytes, shown by `Debug` as their size only.
@@ -130,7 +137,11 @@ impl Config {
 #[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LockManagerBuilder {
-    url: String,
+    /// What to connect to: a URL of any form `Endpoints::parse` reads (checked by `build`),
+    /// or the lists given to the Sentinel and Cluster builders.
+    target: Target,
+    replica_sync: bool,
+    replica_sync_timeout: Duration,
     watchdog_timeout: Duration,
     pool_size: usize,
     connect_timeout: Duration,
@@ -139,10 +150,26 @@ pub struct LockManagerBuilder {
     tls_root_certificate: Option<Vec<u8>>,
 }
 
+#[derive(Clone)]
+enum Target {
+    Url(String),
+    Endpoints(Endpoints),
+}
+
 impl LockManagerBuilder {
     pub(crate) fn new(url: &str) -> Self {
+        Self::with_target(Target::Url(url.to_owned()))
+    }
+
+    pub(crate) fn with_endpoints(endpoints: Endpoints) -> Self {
+        Self::with_target(Target::Endpoints(endpoints))
+    }
+
+    fn with_target(target: Target) -> Self {
         LockManagerBuilder {
-            url: url.to_owned(),
+            target,
+            replica_sync: true,
+            replica_sync_timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -221,8 +248,32 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Whether each acquire and release waits until a replica has it: after the script, the
+    /// same connection sends `WAIT <connected replicas> <timeout>`. When no replica
+    /// acknowledged although the master has some, an acquire is rolled back and fails with
+    /// [`Error::NotReplicated`] (a release is only logged: the lock is free either way). This
+    /// is Redisson's `checkLockSyncedSlaves`: it keeps a lock from being lost by a failover
+    /// that promotes a replica the acquire never reached.
+    ///
+    /// On by default. It costs one more round trip per acquire and release, and only where
+    /// the master has replicas: on Sentinel and Cluster, and on a single server with
+    /// replicas (counted when the manager starts; Sentinel and Cluster count them again at
+    /// every failover).
+    pub fn replica_sync(mut self, on: bool) -> Self {
+        self.replica_sync = on;
+        self
+    }
+
+    /// How long an acquire or release waits for a replica's acknowledgement.
+    ///
+    /// Defaults to 1 s (Redisson's `slavesSyncTimeout`). At least 1 ms.
+    pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_sync_timeout = timeout;
+        self
+    }
+
     /// Checks the settings, connects to Redis, loads the lock scripts and starts the
-    /// manager's two background threads.
+    /// manager's background threads (the watchdog, and a pub/sub listener per master).
     ///
     /// Fails with [`Error::InvalidArgument`] or [`Error::InvalidUrl`] for bad settings and with
     /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials, or when the
@@ -232,7 +283,12 @@ impl LockManagerBuilder {
     /// them releases fail and waiters are never woken.
     pub fn build(self) -> Result<LockManager> {
         let config = self.validate()?;
-        LockManager::start(&self.url, config)
+        let endpoints = match &self.target {
+            Target::Url(url) => Endpoints::parse(url)?,
+            Target::Endpoints(endpoints) => endpoints.clone(),
+        };
+        endpoints.check()?;
+        LockManager::start(&endpoints, config)
     }
 
     fn validate(&self) -> Result<Config> {
@@ -255,6 +311,7 @@ impl LockManagerBuilder {
         to_millis("response timeout", self.response_timeout)?;
         let fair_lock_wait_timeout_ms =
             to_millis("fair lock wait timeout", self.fair_lock_wait_timeout)?;
+        to_millis("replica sync timeout", self.replica_sync_timeout)?;
         Ok(Config {
             watchdog_timeout_ms,
             pool_size: self.pool_size,
@@ -262,14 +319,33 @@ impl LockManagerBuilder {
             response_timeout: self.response_timeout,
             fair_lock_wait_timeout_ms,
             tls_root_certificate: self.tls_root_certificate.clone().map(Pem),
+            replica_sync: self.replica_sync,
+            replica_sync_timeout: self.replica_sync_timeout,
         })
     }
 }
 
 impl std::fmt::Debug for LockManagerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = match &self.target {
+            Target::Url(url) => redact_url(url),
+            Target::Endpoints(Endpoints::Server(url)) => redact_url(url),
+            Target::Endpoints(Endpoints::Sentinel {
+                sentinels,
+                master_name,
+            }) => format!(
+                "sentinels {:?} of {master_name:?}",
+                sentinels.iter().map(|u| redact_url(u)).collect::<Vec<_>>()
+            ),
+            Target::Endpoints(Endpoints::Cluster { seeds }) => format!(
+                "cluster {:?}",
+                seeds.iter().map(|u| redact_url(u)).collect::<Vec<_>>()
+            ),
+        };
         f.debug_struct("LockManagerBuilder")
-            .field("url", &redact_url(&self.url))
+            .field("target", &target)
+            .field("replica_sync", &self.replica_sync)
+            .field("replica_sync_timeout", &self.replica_sync_timeout)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
@@ -281,7 +357,7 @@ impl std::fmt::Debug for LockManagerBuilder {
 }
 
 /// The URL with any credentials replaced by `***`, for `Debug` and messages.
-fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::BootInstant;
 use crate::config::Config;
+use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
 use crate::holds::{HoldStatus, Holds};
@@ -91,9 +92,16 @@ impl Attempter<'_> {
 
     fn attempt(&mut self) -> Result<Attempt> {
         self.sent = BootInstant::now();
-        let outcome = self
+        let outcome = match self
             .kind
-            .attempt(&self.engine.store, self.keys, &self.args())?;
+            .attempt(&self.engine.store, self.keys, &self.args())
+        {
+            Err(err) if err.is_not_replicated() => {
+                self.roll_back();
+                return Err(err);
+            }
+            other => other?,
+        };
         if let Attempt::Acquired { token } = outcome {
             self.token = token;
         }
@@ -101,10 +109,37 @@ impl Attempter<'_> {
     }
 }
 
+impl Attempter<'_> {
+    /// Takes back what an attempt that no replica acknowledged may have taken: one hold of
+    /// this owner, if it got one. A release only ever removes the owner's own hold, so when
+    /// the attempt found the lock held by another, this changes nothing.
+    fn roll_back(&self) {
+        let store = &self.engine.store;
+        match self.kind.release(
+            store,
+            self.keys,
+            &self.owner,
+            self.request.lease_ms,
+            0,
+            None,
+        ) {
+            Ok(_) => log::warn!(
+                "lock {:?}: no replica acknowledged the acquire; rolled it back",
+                self.keys.name
+            ),
+            Err(err) => log::warn!(
+                "lock {:?}: no replica acknowledged the acquire, and rolling it back failed \
+                 ({err}); it expires with its lease",
+                self.keys.name
+            ),
+        }
+    }
+}
+
 impl Engine {
-    pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
+    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
         let client_id = uuid::Uuid::new_v4().to_string();
-        let store = Arc::new(LockStore::connect(url, &config)?);
+        let store = Arc::new(LockStore::connect(endpoints, &config)?);
         // Without channel rights every unlock would go unheard: refuse now, not at the first
         // release (docs/DESIGN.md).
         crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
@@ -179,6 +214,10 @@ impl Engine {
 
     pub(crate) fn waiting_channel_count(&self) -> usize {
         self.subscriber.channel_count()
+    }
+
+    pub(crate) fn listener_count(&self) -> usize {
+        self.subscriber.listener_count()
     }
 
     /// The owner field of the calling thread.

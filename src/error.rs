@@ -68,6 +68,17 @@ pub enum Error {
         /// How long was waited.
         after: Duration,
     },
+    /// No replica acknowledged an acquire within the replica sync timeout although the master
+    /// has replicas (see `LockManagerBuilder::replica_sync`): a failover could lose it, so the
+    /// hold was rolled back. Redisson's `NoSyncedSlavesException`.
+    NotReplicated {
+        /// What was not acknowledged: `"acquire"`.
+        operation: &'static str,
+        /// How many replicas the master had.
+        replicas: usize,
+        /// How long it waited for them.
+        timeout: Duration,
+    },
     /// The manager was created in another process: this is a child made by `fork()`, which
     /// inherited the parent's connections, client id and thread numbers but not its
     /// background threads. Nothing was sent. Create a manager in the child instead.
@@ -116,6 +127,12 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// No replica acknowledged an acquire in time; it was rolled back (see
+    /// [`Error::NotReplicated`]).
+    pub fn is_not_replicated(&self) -> bool {
+        matches!(self, Error::NotReplicated { .. })
     }
 
     /// A key of the lock's (semaphore's, latch's) name holds something else.
@@ -177,6 +194,15 @@ impl fmt::Display for Error {
             Error::Timeout { operation, after } => {
                 write!(f, "{operation} timed out after {after:?}")
             }
+            Error::NotReplicated {
+                operation,
+                replicas,
+                timeout,
+            } => write!(
+                f,
+                "{operation} was not acknowledged by any of the master's {replicas} replica(s) \
+                 within {timeout:?}; a failover could have lost it, so it was rolled back"
+            ),
             Error::Forked {
                 created_in,
                 used_in,

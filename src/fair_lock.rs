@@ -308,7 +308,7 @@ impl LockKind for Fair {
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Vec<Option<bool>> {
         // The hold is the reentrant lock's hash and field: Redisson renews it the same way.
         REENTRANT.renew(store, batch, timeout_ms, budget)
     }

@@ -368,15 +368,13 @@ impl Holds {
     /// Records what a sweep found: renewed holds are due again a period after it was sent,
     /// holds found gone are lost, and after a failed sweep (`None`) its holds are retried soon,
     /// well inside their leases rather than a whole period later.
-    pub(crate) fn finish_sweep(&self, sweep: Sweep, renewed: Option<Vec<bool>>) {
+    pub(crate) fn finish_sweep(&self, sweep: Sweep, renewed: Vec<Option<bool>>) {
         let retry_at = Instant::now()
             + (self.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
-        match &renewed {
-            Some(renewed) => {
-                let holds = renewed.iter().filter(|renewed| **renewed).count();
-                self.counters.renewed(holds as u64);
-            }
-            None => self.counters.renewal_failed(),
+        let found = renewed.iter().filter(|r| **r == Some(true)).count();
+        self.counters.renewed(found as u64);
+        if renewed.len() < sweep.batch.len() || renewed.contains(&None) {
+            self.counters.renewal_failed();
         }
         let mut state = self.state.lock();
         for (i, key) in sweep.batch.into_iter().enumerate() {
@@ -389,13 +387,13 @@ impl Holds {
             if hold.due.is_none() {
                 continue; // no renewed hold left while the sweep was in flight
             }
-            match &renewed {
-                Some(renewed) if renewed[i] => {
+            match renewed.get(i).copied().flatten() {
+                Some(true) => {
                     hold.status
                         .confirm(lease_deadline(sweep.sent.1, self.timeout));
                     hold.due = Some(sweep.sent.0 + self.period);
                 }
-                Some(_) => {
+                Some(false) => {
                     hold.status.mark_lost();
                     self.counters.hold_lost();
                     log::warn!(
@@ -451,7 +449,7 @@ mod tests {
         // and found no hold.
         holds.unregister(&REENTRANT, &keys, 1, true);
         let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
-        holds.finish_sweep(sweep, Some(vec![false]));
+        holds.finish_sweep(sweep, vec![Some(false)]);
         assert!(!newer.is_lost(), "the newer hold is not the one found gone");
         assert_eq!(holds.renewing_count(), 1);
     }

@@ -54,14 +54,15 @@ pub(crate) trait LockKind: Sync {
     fn channel(&self, keys: &LockKeys, owner: &str) -> String;
 
     /// Renews each `(lock name, owner field)` of `batch` to `timeout_ms` in one round trip
-    /// that takes at most `budget`; per entry, whether the hold was still there.
+    /// per master that all take at most `budget`; per entry, whether the hold was still there
+    /// (`None` where its master did not answer).
     fn renew(
         &self,
         store: &LockStore,
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>>;
+    ) -> Vec<Option<bool>>;
 }
 
 /// What one attempt asks for.
@@ -123,7 +124,7 @@ impl LockKind for Reentrant {
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Vec<Option<bool>> {
         store.renew(batch, timeout_ms, budget)
     }
 }

@@ -259,6 +259,7 @@ mod clock;
 mod config;
 mod count_down_latch;
 mod counting;
+mod endpoints;
 mod engine;
 mod error;
 mod fair_lock;
@@ -267,6 +268,7 @@ mod guard;
 mod holds;
 mod kind;
 mod line;
+mod listener;
 mod lock;
 mod manager;
 #[cfg(feature = "metrics")]
@@ -280,10 +282,12 @@ mod read_write_lock;
 mod red_lock;
 mod scripts;
 mod semaphore;
+mod slot;
 mod stats;
 mod store;
 mod subscriber;
 mod threads;
+mod topology;
 mod watchdog;
 
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::config::{Config, LockManagerBuilder};
 use crate::count_down_latch::CountDownLatch;
+use crate::endpoints::Endpoints;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::fair_lock::FairLock;
@@ -33,6 +34,8 @@ use crate::stats::Stats;
 ///   manager in batched sweeps.
 ///
 /// That is two threads and `pool_size + 1` connections however many locks are held or awaited.
+/// On a Redis Cluster each master has its own pool and (with sharded pub/sub) its own
+/// listener connection and thread; see [`cluster_builder`](Self::cluster_builder).
 /// When the last clone is dropped (guards and [`Lock`] handles count: each keeps the manager
 /// alive), both threads are stopped and joined and every connection is closed.
 ///
@@ -55,8 +58,13 @@ pub struct LockManager {
 impl LockManager {
     /// Connects with all defaults (see [`LockManagerBuilder`] for them).
     ///
-    /// The URL is redis-rs' format: `redis://[user:password@]host[:port][/db]`, or
-    /// `redis+unix:///path/to/socket`.
+    /// The URL is redis-rs' format for one server: `redis://[user:password@]host[:port][/db]`
+    /// (`rediss://` for TLS), or `redis+unix:///path/to/socket`; or, for Sentinel, Lettuce's
+    /// `redis-sentinel://[password@]host1:26379,host2:26379[/db]#mymaster`
+    /// (see [`sentinel_builder`](Self::sentinel_builder)); or, for a cluster,
+    /// `redis-cluster://[password@]host1:port1,host2:port2` (see
+    /// [`cluster_builder`](Self::cluster_builder)). `rediss-sentinel://` and
+    /// `rediss-cluster://` use TLS.
     ///
     /// ```no_run
     /// let manager = redis_lock::LockManager::new("redis://127.0.0.1:6379/")?;
@@ -71,9 +79,62 @@ impl LockManager {
         LockManagerBuilder::new(url)
     }
 
-    pub(crate) fn start(url: &str, config: Config) -> Result<Self> {
+    /// Starts a builder for a Redis Cluster, given some of its nodes (`redis://host:port/`,
+    /// with credentials if needed; any reachable one suffices to find the others).
+    ///
+    /// Every command goes to the master of its lock's slot (all of a lock's keys share one
+    /// slot through Redisson's brace rule), MOVED and ASK redirections are followed, and the
+    /// slots are looked up again after a failover or a resharding. Releases are announced
+    /// with sharded pub/sub (`SPUBLISH`, heard with `SSUBSCRIBE` on the slot's master) when
+    /// the cluster has it (Redis 7), as Redisson does; the manager then has one listener
+    /// connection and thread per master. [`replica_sync`](LockManagerBuilder::replica_sync)
+    /// is on by default. The same is reached with `LockManager::new` and a URL of the form
+    /// `redis-cluster://host1:port1,host2:port2`.
+    ///
+    /// ```no_run
+    /// let manager = redis_lock::LockManager::cluster_builder(&[
+    ///     "redis://127.0.0.1:30001/",
+    ///     "redis://127.0.0.1:30002/",
+    /// ])
+    /// .build()?;
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
+    pub fn cluster_builder(nodes: &[&str]) -> LockManagerBuilder {
+        LockManagerBuilder::with_endpoints(Endpoints::Cluster {
+            seeds: nodes.iter().map(|url| url.to_string()).collect(),
+        })
+    }
+
+    /// Starts a builder for a master watched by Redis Sentinel: `sentinels` are the
+    /// sentinels' URLs (`redis://host:26379/`), `master_name` the name they know the master
+    /// by. The user, password and database of the first URL are used for the master too.
+    ///
+    /// The master is asked from the sentinels (and confirmed by its own `ROLE`); after a
+    /// failover (a READONLY reply, a refused connection) it is asked again, and the pub/sub
+    /// listener follows it. Holds survive a failover when
+    /// [`replica_sync`](LockManagerBuilder::replica_sync) was on (the default): renewals
+    /// continue on the new master, or the lost signal fires. The same is reached with
+    /// `LockManager::new` and Lettuce's URL form
+    /// `redis-sentinel://host1:26379,host2:26379/0#mymaster`.
+    ///
+    /// ```no_run
+    /// let manager = redis_lock::LockManager::sentinel_builder(
+    ///     &["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"],
+    ///     "mymaster",
+    /// )
+    /// .build()?;
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
+    pub fn sentinel_builder(sentinels: &[&str], master_name: &str) -> LockManagerBuilder {
+        LockManagerBuilder::with_endpoints(Endpoints::Sentinel {
+            sentinels: sentinels.iter().map(|url| url.to_string()).collect(),
+            master_name: master_name.to_owned(),
+        })
+    }
+
+    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
         Ok(LockManager {
-            engine: Arc::new(Engine::start(url, config)?),
+            engine: Arc::new(Engine::start(endpoints, config)?),
         })
     }
 
@@ -186,6 +247,13 @@ impl LockManager {
     /// lock over when it releases it.
     pub fn queued_thread_count(&self) -> usize {
         self.engine.queued_thread_count()
+    }
+
+    /// How many pub/sub listener connections (each with its thread) this manager runs: one
+    /// per master it listens to, so one on a single server or with Sentinel and one per
+    /// master on a cluster with sharded pub/sub, however many threads wait.
+    pub fn listener_count(&self) -> usize {
+        self.engine.listener_count()
     }
 
     /// How many channels (of locks, semaphores and latches) local threads are waiting on

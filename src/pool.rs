@@ -6,6 +6,7 @@
 //! an idle connection or open one up to a limit, wait (bounded) when all are busy, and throw
 //! away a connection whose state is unknown after an I/O error or a timeout.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -16,6 +17,11 @@ use crate::fork::Origin;
 
 pub(crate) struct Pool {
     client: Client,
+    /// `host:port` of the server: which master this is, in a topology (`crate::topology`).
+    addr: Box<str>,
+    /// How many replicas the server had when last asked: acquires and releases wait for one
+    /// of them to acknowledge (`LockManagerBuilder::replica_sync`) only when there are some.
+    replicas: AtomicUsize,
     state: Mutex<PoolState>,
     freed: Condvar,
     max_size: usize,
@@ -57,6 +63,8 @@ impl Pool {
                 + u32::from(settings.db() != 0)
                 + 2 * u32::from(!settings.skip_set_lib_name());
         Pool {
+            addr: client.get_connection_info().addr().to_string().into(),
+            replicas: AtomicUsize::new(0),
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
             client,
@@ -71,10 +79,35 @@ impl Pool {
         }
     }
 
-    /// Opens a connection that is not counted against the pool: for the pub/sub listener.
-    pub(crate) fn connect_dedicated(&self) -> Result<Connection> {
+    /// `host:port` of the server.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// How many replicas the server had when last asked.
+    pub(crate) fn replicas(&self) -> usize {
+        self.replicas.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_replicas(&self, replicas: usize) {
+        self.replicas.store(replicas, Ordering::Relaxed);
+    }
+
+    /// Opens a connection that is not counted against the pool, speaking RESP3: for the
+    /// pub/sub listener, which reads messages as RESP3 push values (`crate::subscriber`).
+    pub(crate) fn connect_listener(&self) -> Result<Connection> {
         self.origin.check()?;
-        self.connect(self.connect_timeout)
+        let info = self.client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(settings))
+            .map_err(|source| Error::InvalidUrl { source })?;
+        let step = (self.connect_timeout / (self.setup_replies + 1)).max(Duration::from_millis(1));
+        client
+            .get_connection_with_timeout(step)
+            .map_err(|source| Error::Connect { source })
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).

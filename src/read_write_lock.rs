@@ -24,7 +24,7 @@ use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::latched_script;
-use crate::store::{query_loading, Attempt, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
 /// waiter (readers may all get in at once).
@@ -305,26 +305,28 @@ impl LockKind for Read {
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Vec<Option<bool>> {
         let hash = READ_RENEW_SCRIPT.get_hash();
-        let mut pipe = redis::pipe();
-        for chunk in batch.chunks(READ_RENEWALS_PER_CALL) {
-            let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len() * 2);
-            for (name, _) in chunk {
-                // Names in the batch come from held locks, so they are valid.
-                let prefix = LockKeys::new(name).map(|keys| keys.read_key_prefix())?;
-                call.arg(*name).arg(prefix);
-            }
-            call.arg(timeout_ms);
-            for (_, owner) in chunk {
-                call.arg(*owner);
-            }
-        }
-        let calls = batch.len().div_ceil(READ_RENEWALS_PER_CALL) as u64;
-        let replies: Vec<Vec<i64>> = store.run_within("renew", "", calls, budget, |conn| {
-            query_loading(conn, &READ_RENEW_SCRIPT, |conn| pipe.query(conn))
-        })?;
-        Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+        store.per_master(
+            batch,
+            budget,
+            READ_RENEWALS_PER_CALL,
+            &READ_RENEW_SCRIPT,
+            |pipe, chunk| {
+                let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len() * 2);
+                for (name, _) in chunk {
+                    // Names in the batch come from held locks, so they are valid.
+                    let prefix = LockKeys::new(name)
+                        .map(|keys| keys.read_key_prefix())
+                        .unwrap_or_default();
+                    call.arg(*name).arg(prefix);
+                }
+                call.arg(timeout_ms);
+                for (_, owner) in chunk {
+                    call.arg(*owner);
+                }
+            },
+        )
     }
 }
 
@@ -391,7 +393,7 @@ impl LockKind for Write {
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Vec<Option<bool>> {
         // The writer's field is a hold count like the reentrant lock's: Redisson renews it
         // the same way, under the field `<owner>:write`.
         let writers: Vec<String> = batch.iter().map(|(_, owner)| writer_field(owner)).collect();

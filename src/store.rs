@@ -1,23 +1,27 @@
 //! Where lock state lives: every Redis command the crate sends goes through [`LockStore`].
 //!
-//! This is the one seam between the lock logic and the deployment. Today it is one Redis
-//! server (or a proxy in front of one) reached through a connection pool; Sentinel, Cluster
-//! (slot-aware renewal batches, `SPUBLISH`) and Redlock over several masters are meant to be
-//! other implementations of the same handful of operations.
+//! This is the one seam between the lock logic and the deployment. Each command is routed by
+//! its lock's name to the master that serves it ([`Topology`]: one server, the master Sentinel
+//! names, or the slot's master in a cluster), follows MOVED and ASK redirections, and finds
+//! the master again after a failover; only a command that certainly did not run is sent again
+//! (a timeout never is, so an acquire never counts twice). With replica sync on, acquires and
+//! releases wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Client, Connection, ErrorKind, IntoConnectionInfo, RedisError, RedisResult};
+use redis::{Connection, ErrorKind, RedisError, RedisResult};
 
 use crate::config::Config;
+use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
 use crate::pool::Pool;
 use crate::scripts::Scripts;
 use crate::stats::Counters;
+use crate::topology::Topology;
 
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
@@ -113,11 +117,20 @@ const LATCHES_REMEMBERED: usize = 1024;
 /// At most this many latches of one lock wait for deletion (overlapping releases).
 const LATCHES_PER_LOCK: usize = 8;
 
+/// How many MOVED or ASK redirections one command follows before giving up.
+const REDIRECTS_MAX: u32 = 5;
+/// How long to wait before asking again while a failover is under way (CLUSTERDOWN,
+/// TRYAGAIN, a refused connection to a master that just died).
+const FAILOVER_RETRY: Duration = Duration::from_millis(50);
+
 pub(crate) struct LockStore {
-    pool: Pool,
+    topology: Topology,
     scripts: Scripts,
-    /// `publish` on a single server; `spublish` will be needed on a Redis 7 cluster.
+    /// `publish`, or `spublish` on a cluster with sharded pub/sub (what Redisson does there).
     publish_command: &'static str,
+    /// How long an acquire or release waits for a replica's acknowledgement (`None`: it does
+    /// not wait; see `LockManagerBuilder::replica_sync`).
+    replica_sync: Option<Duration>,
     latch_ttl_ms: u64,
     /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
     fair_lock_wait_ms: u64,
@@ -131,63 +144,71 @@ pub(crate) struct LockStore {
 }
 
 impl LockStore {
-    /// Parses the URL, opens the first connection (so a wrong address or password is reported
-    /// now rather than at the first lock) and loads the scripts.
-    pub(crate) fn connect(url: &str, config: &Config) -> Result<Self> {
-        let info = url
-            .into_connection_info()
-            .map_err(|source| Error::InvalidUrl { source })?;
-        // Every request is a small write followed by a wait for the reply: Nagle's algorithm
-        // would only add delay (up to a delayed-ACK period) to each of them.
-        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        // CLIENT SETINFO (which redis-rs sends on connect unless told not to) is informative
-        // only and its replies are ignored, but a paused server makes each of them cost a
-        // full timeout of the connect.
-        let redis = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_tcp_settings(tcp).set_redis_settings(redis);
-        let client = match &config.tls_root_certificate {
-            #[cfg(feature = "tls")]
-            Some(pem) => Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.0.clone()),
-                },
-            ),
-            _ => Client::open(info),
-        }
-        .map_err(|source| Error::InvalidUrl { source })?;
+    /// Finds the deployment's masters (so a wrong address or password is reported now rather
+    /// than at the first lock) and loads the scripts on each.
+    pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
+        let topology = Topology::connect(endpoints, config)?;
+        let publish_command = if topology.sharded_pubsub() {
+            "spublish"
+        } else {
+            "publish"
+        };
         let store = LockStore {
-            pool: Pool::new(
-                client,
-                config.pool_size,
-                config.connect_timeout,
-                config.response_timeout,
-            ),
+            topology,
             scripts: Scripts::new(),
-            publish_command: "publish",
+            publish_command,
+            replica_sync: config.replica_sync.then_some(config.replica_sync_timeout),
             latch_ttl_ms: config.latch_ttl_ms(),
             fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
             response_timeout: config.response_timeout,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
-        // One script per round trip: a pipeline's replies would share one response timeout
-        // (see `call`), and compiling a script can take a while on a busy server.
-        for source in Scripts::SOURCES {
-            store.run("loading the lock scripts", "", 1, |conn| {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query::<String>(conn)
-            })?;
+        let deadline = || Instant::now() + config.response_timeout;
+        for pool in store.topology.map().masters() {
+            // One script per round trip: a pipeline's replies would share one response
+            // timeout (see `call`), and compiling a script can take a while on a busy server.
+            for source in Scripts::SOURCES {
+                store
+                    .run_on(
+                        pool,
+                        "loading the lock scripts",
+                        1,
+                        deadline(),
+                        false,
+                        &|conn| {
+                            redis::cmd("SCRIPT")
+                                .arg("LOAD")
+                                .arg(source)
+                                .query::<String>(conn)
+                        },
+                    )
+                    .map_err(|failed| failed.into_error(&store, "loading the lock scripts", ""))?;
+            }
+            if !store.topology.follows_failovers() {
+                // One server: its replicas are counted once, here (Sentinel and Cluster count
+                // them at every discovery).
+                let replicas = store
+                    .run_on(pool, "counting replicas", 1, deadline(), false, &|conn| {
+                        connected_replicas(conn)
+                    })
+                    .map_err(|failed| failed.into_error(&store, "counting replicas", ""))?;
+                pool.set_replicas(replicas);
+            }
         }
         Ok(store)
     }
 
-    /// Opens the pub/sub listener's own connection (not counted against the pool).
-    pub(crate) fn connect_subscriber(&self) -> Result<Connection> {
-        self.pool.connect_dedicated()
+    /// Opens a pub/sub listener's own connection (RESP3, not counted against any pool) to the
+    /// master at `addr`, or to the master of `key` when `addr` is `None`.
+    pub(crate) fn connect_listener(&self, key: &str) -> Result<Connection> {
+        let (pool, _) = self.topology.route(key)?;
+        pool.connect_listener()
+    }
+
+    /// The deployment's topology (for the listener, which follows the masters too).
+    pub(crate) fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
@@ -350,9 +371,9 @@ impl LockStore {
         self.run(operation, name, 1, |conn| invocation.invoke(conn))
     }
 
-    /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`, 100 keys per script
-    /// call and all calls in one pipeline (one round trip). Returns, per entry, whether the
-    /// hold was still there.
+    /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`: 100 keys per script
+    /// call, and all calls for one master in one pipeline (one round trip per master). Returns,
+    /// per entry, whether the hold was still there (`None` where its master did not answer).
     ///
     /// The whole call (waiting for a connection, connecting, the reply) takes at most
     /// `budget`, so that a stalled server cannot hold the watchdog past the leases it renews.
@@ -361,13 +382,10 @@ impl LockStore {
         batch: &[(&str, &str)],
         timeout_ms: u64,
         budget: Duration,
-    ) -> Result<Vec<bool>> {
-        let mut pipe = redis::pipe();
-        for chunk in batch.chunks(RENEW_KEYS_PER_CALL) {
-            let call = pipe
-                .cmd("EVALSHA")
-                .arg(self.scripts.renew.get_hash())
-                .arg(chunk.len());
+    ) -> Vec<Option<bool>> {
+        let hash = self.scripts.renew.get_hash();
+        self.per_master(batch, budget, RENEW_KEYS_PER_CALL, &self.scripts.renew, |pipe, chunk| {
+            let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len());
             for (key, _) in chunk {
                 call.arg(*key);
             }
@@ -375,12 +393,98 @@ impl LockStore {
             for (_, owner) in chunk {
                 call.arg(*owner);
             }
+        })
+    }
+
+    /// Renews the entries of `batch` with one pipeline per master, the masters one after
+    /// another, all within `budget`. `call` adds one call of `script` for a chunk of entries
+    /// to a pipeline, and that call's reply is a list of 0/1, one per entry, in order. A chunk
+    /// has at most `per_call` entries, and on a cluster all of one slot (a script's keys must
+    /// share a slot there). A master that fails leaves its entries `None` (the watchdog tries
+    /// them again) and does not hold up the others.
+    pub(crate) fn per_master(
+        &self,
+        batch: &[(&str, &str)],
+        budget: Duration,
+        per_call: usize,
+        script: &redis::Script,
+        call: impl Fn(&mut redis::Pipeline, &[(&str, &str)]),
+    ) -> Vec<Option<bool>> {
+        let deadline = Instant::now() + budget;
+        let mut renewed = vec![None; batch.len()];
+        let map = self.topology.map();
+        let cluster = self.topology.is_cluster();
+        let mut groups: Vec<(Arc<Pool>, Vec<usize>)> = Vec::new();
+        for (i, (name, _)) in batch.iter().enumerate() {
+            let Some(pool) = map.master_for(name) else {
+                continue; // no master for the slot now: next sweep
+            };
+            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, pool)) {
+                Some((_, entries)) => entries.push(i),
+                None => groups.push((Arc::clone(pool), vec![i])),
+            }
         }
-        let calls = batch.len().div_ceil(RENEW_KEYS_PER_CALL) as u64;
-        let replies: Vec<Vec<i64>> = self.run_within("renew", "", calls, budget, |conn| {
-            query_loading_scripts(conn, |conn| pipe.query(conn))
-        })?;
-        Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+        if groups.is_empty() && !batch.is_empty() {
+            self.topology.refresh(map.generation);
+        }
+        for (pool, mut entries) in groups {
+            if cluster {
+                entries.sort_by_key(|&i| crate::slot::of(batch[i].0.as_bytes()));
+            }
+            let mut pipe = redis::pipe();
+            let mut calls = 0u64;
+            let mut start = 0;
+            while start < entries.len() {
+                let slot_of = |i: usize| cluster.then(|| crate::slot::of(batch[i].0.as_bytes()));
+                let first = slot_of(entries[start]);
+                let mut end = start + 1;
+                while end < entries.len()
+                    && end - start < per_call
+                    && slot_of(entries[end]) == first
+                {
+                    end += 1;
+                }
+                let chunk: Vec<(&str, &str)> =
+                    entries[start..end].iter().map(|&i| batch[i]).collect();
+                call(&mut pipe, &chunk);
+                calls += 1;
+                start = end;
+            }
+            let reply = self.run_on(&pool, "renew", calls, deadline, false, &|conn| {
+                query_loading(conn, script, |conn| pipe.query(conn))
+            });
+            match reply {
+                Ok(replies) => {
+                    let replies: Vec<Vec<i64>> = replies;
+                    let flat: Vec<i64> = replies.into_iter().flatten().collect();
+                    if flat.len() != entries.len() {
+                        // A reply that does not match the request must not mark holds lost.
+                        log::warn!(
+                            "lock renewal at {}: {} replies for {} locks; retrying",
+                            pool.addr(),
+                            flat.len(),
+                            entries.len()
+                        );
+                        continue;
+                    }
+                    for (&i, r) in entries.iter().zip(flat) {
+                        renewed[i] = Some(r == 1);
+                    }
+                }
+                Err(failed) => {
+                    if failed.means_topology_changed(self) {
+                        self.topology.refresh(map.generation);
+                    }
+                    let err = failed.into_error(self, "renew", "");
+                    log::warn!(
+                        "lock renewal of {} locks at {} failed: {err}; retrying",
+                        entries.len(),
+                        pool.addr()
+                    );
+                }
+            }
+        }
+        renewed
     }
 
     /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
@@ -450,9 +554,20 @@ impl LockStore {
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
-    /// Publishes `message` on `channel` (the listener's private wake-up channel).
+    /// Publishes `message` on `channel` with plain `PUBLISH` (the listeners' private wake-up
+    /// channels; on a cluster it reaches every node).
     pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
-        self.run("publish", "", 1, |conn| {
+        self.publish_within(channel, message, self.response_timeout)
+    }
+
+    /// [`publish`](Self::publish) within `budget`.
+    pub(crate) fn publish_within(
+        &self,
+        channel: &str,
+        message: &str,
+        budget: Duration,
+    ) -> Result<()> {
+        self.run_within("publish", "", 1, budget, |conn| {
             redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg(message)
@@ -461,8 +576,8 @@ impl LockStore {
         Ok(())
     }
 
-    /// Runs `op`, one round trip of `commands` commands, on a pooled connection, within one
-    /// response timeout in all (see [`run_within`](Self::run_within)).
+    /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
+    /// of `name`, within one response timeout in all (see [`run_within`](Self::run_within)).
     fn run<T>(
         &self,
         operation: &'static str,
@@ -473,15 +588,16 @@ impl LockStore {
         self.run_within(operation, name, commands, self.response_timeout, op)
     }
 
-    /// Runs `op`, one round trip of `commands` commands, on a pooled connection, and returns
-    /// within `budget` in all: waiting for a connection, connecting, a retry on a fresh
-    /// connection and every reply share it (a call must return within its wait plus one
-    /// response timeout, and a stalled server must not hold the watchdog past the leases it
-    /// renews). Each step also keeps to its own configured timeout.
+    /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
+    /// that serves `name` (any master for `""`), and returns within `budget` in all: waiting
+    /// for a connection, connecting, retries and every reply share it (a call must return
+    /// within its wait plus one response timeout, and a stalled server must not hold the
+    /// watchdog past the leases it renews).
     ///
-    /// A connection that sat idle may have died with a server restart; when such a connection
-    /// fails as dropped, `op` runs once more on a fresh one, in what is left of the budget.
-    /// Only then: a timeout is never retried, since the command may still run on the server.
+    /// `op` runs again only where it certainly did not run: after a MOVED or ASK reply (on the
+    /// node named), after READONLY or CLUSTERDOWN or a refused connection during a failover
+    /// (on the master found again), and on a fresh connection when a pooled one turned out
+    /// dead. A timeout is never retried, since the command may still run on the server.
     pub(crate) fn run_within<T>(
         &self,
         operation: &'static str,
@@ -492,37 +608,150 @@ impl LockStore {
     ) -> Result<T> {
         let started = Instant::now();
         let deadline = started + budget.max(Duration::from_millis(1));
-        let mut conn = self.pool.get_by(deadline)?;
-        self.counters.sent(commands);
-        let err = match self.call(&mut conn, commands, deadline, &op) {
-            Ok(value) => return Ok(value),
-            Err(err) => err,
-        };
-        if !(conn.reused && is_dead_connection(&err)) {
-            if is_broken(&err) {
-                conn.discard();
+        let (mut pool, mut generation) = self.topology.route(name)?;
+        let mut asking = false;
+        let mut redirects = 0;
+        loop {
+            let failed = match self.run_on(&pool, operation, commands, deadline, asking, &op) {
+                Ok(value) => return Ok(value),
+                Err(failed) => failed,
+            };
+            let time_left = Instant::now() < deadline;
+            asking = false;
+            if let Some((addr, ask)) = failed.redirection() {
+                if time_left && redirects < REDIRECTS_MAX {
+                    redirects += 1;
+                    if ask {
+                        // The slot is moving: this key is at `addr` already, for this command
+                        // only (ASKING first).
+                        pool = self.topology.node(&addr)?;
+                        asking = true;
+                    } else {
+                        // The slot moved: ask for the new map, and send this command where
+                        // the server said (the map may be too fresh to be asked again yet).
+                        self.topology.refresh(generation);
+                        generation = self.topology.map().generation;
+                        pool = self.topology.node(&addr)?;
+                    }
+                    continue;
+                }
+            } else if time_left && failed.means_topology_changed(self) {
+                log::debug!(
+                    "{operation} at {}: {failed:?}; finding the master again",
+                    pool.addr()
+                );
+                std::thread::sleep(
+                    FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
+                );
+                self.topology.refresh(generation);
+                (pool, generation) = self.topology.route(name)?;
+                continue;
             }
-            return Err(self.classify(operation, name, err, started));
+            return Err(failed.into_error(self, operation, name).timed(started));
         }
-        conn.discard();
-        if Instant::now() >= deadline {
-            // Nothing ran (the connection was dead) and no time is left to try again.
-            return Err(Error::Timeout {
-                operation,
-                after: round_ms(started.elapsed()),
-            });
+    }
+
+    /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
+    /// `asking`), retrying once on a fresh connection when a reused one turned out dead; then,
+    /// for acquires and releases with replica sync on, waits for the replicas.
+    fn run_on<T>(
+        &self,
+        pool: &Pool,
+        operation: &'static str,
+        commands: u64,
+        deadline: Instant,
+        asking: bool,
+        op: &impl Fn(&mut Connection) -> RedisResult<T>,
+    ) -> std::result::Result<T, Failed> {
+        let mut conn = pool.get_by(deadline).map_err(Failed::Other)?;
+        self.counters.sent(commands + u64::from(asking));
+        let mut result = self.call(&mut conn, commands, deadline, asking, op);
+        if let Err(err) = &result {
+            if conn.reused && is_dead_connection(err) {
+                conn.discard();
+                if Instant::now() >= deadline {
+                    // Nothing ran (the connection was dead) and no time is left to try again.
+                    return Err(Failed::Other(Error::Timeout {
+                        operation,
+                        after: Duration::ZERO,
+                    }));
+                }
+                log::debug!(
+                    "{operation}: pooled connection was dead ({err}); retrying on a new one"
+                );
+                conn = pool.get_fresh_by(deadline).map_err(Failed::Other)?;
+                self.counters.reconnect();
+                self.counters.sent(commands + u64::from(asking));
+                result = self.call(&mut conn, commands, deadline, asking, op);
+            }
         }
-        log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
-        let mut conn = self.pool.get_fresh_by(deadline)?;
-        self.counters.reconnect();
-        self.counters.sent(commands);
-        self.call(&mut conn, commands, deadline, &op)
-            .map_err(|err| {
+        let value = match result {
+            Ok(value) => value,
+            Err(err) => {
                 if is_broken(&err) {
                     conn.discard();
                 }
-                self.classify(operation, name, err, started)
-            })
+                return Err(Failed::Redis(err));
+            }
+        };
+        if let Some(timeout) = self.replica_sync {
+            if is_replicated_operation(operation) && pool.replicas() > 0 {
+                match self.wait_for_replicas(pool, &mut conn, operation, timeout) {
+                    Ok(()) => {}
+                    // A release happened whatever the replicas say: the lock is free on the
+                    // master, and failing the unlock would only make the caller retry it.
+                    Err(Failed::Other(err)) if operation == "release" => {
+                        log::warn!("release at {}: {err}", pool.addr());
+                    }
+                    Err(failed) => {
+                        if matches!(failed, Failed::Redis(_)) {
+                            conn.discard();
+                        }
+                        return Err(failed);
+                    }
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// `WAIT <replicas> <timeout>` on the connection that just wrote: fails when no replica
+    /// acknowledged although some are connected (Redisson's `checkLockSyncedSlaves`).
+    fn wait_for_replicas(
+        &self,
+        pool: &Pool,
+        conn: &mut crate::pool::PooledConnection<'_>,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> std::result::Result<(), Failed> {
+        let replicas = pool.replicas();
+        let read_timeout = timeout + self.response_timeout;
+        let waited = (|| -> RedisResult<usize> {
+            conn.set_read_timeout(Some(read_timeout))?;
+            self.counters.sent(1);
+            let acked: usize = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64)
+                .query(&mut **conn)?;
+            if acked > 0 {
+                return Ok(acked);
+            }
+            // Perhaps the replicas are gone, not slow: then there is nobody to wait for.
+            self.counters.sent(1);
+            let connected = connected_replicas(conn)?;
+            pool.set_replicas(connected);
+            Ok(if connected == 0 { usize::MAX } else { 0 })
+        })();
+        let restored = conn.set_read_timeout(Some(self.response_timeout));
+        match (waited, restored) {
+            (Ok(0), Ok(())) => Err(Failed::Other(Error::NotReplicated {
+                operation,
+                replicas,
+                timeout,
+            })),
+            (Ok(_), Ok(())) => Ok(()),
+            (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
+        }
     }
 
     /// Runs `op` on `conn` with its replies due by `deadline`.
@@ -531,6 +760,7 @@ impl LockStore {
         conn: &mut Connection,
         commands: u64,
         deadline: Instant,
+        asking: bool,
         op: &impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
         // The socket's timeout applies to each read, and redis-rs reads every reply of a
@@ -545,7 +775,13 @@ impl LockStore {
         if shortened {
             conn.set_read_timeout(Some(per_reply))?;
         }
-        let result = op(conn);
+        let result = if asking {
+            redis::cmd("ASKING")
+                .query::<()>(conn)
+                .and_then(|()| op(conn))
+        } else {
+            op(conn)
+        };
         if shortened && !result.as_ref().is_err_and(is_broken) {
             conn.set_read_timeout(Some(self.response_timeout))?;
         }
@@ -553,22 +789,103 @@ impl LockStore {
     }
 
     /// The error for a failed command; a timeout says what timed out, after how long.
-    fn classify(
-        &self,
-        operation: &'static str,
-        name: &str,
-        err: RedisError,
-        started: Instant,
-    ) -> Error {
+    fn classify(&self, operation: &'static str, name: &str, err: RedisError) -> Error {
         if err.is_timeout() {
             Error::Timeout {
                 operation,
-                after: round_ms(started.elapsed()),
+                after: Duration::ZERO,
             }
         } else {
             Error::from_command(operation, name, err)
         }
     }
+}
+
+/// How one attempt at a command failed, before it is told to the caller.
+#[derive(Debug)]
+enum Failed {
+    /// Redis (or the connection) answered with an error.
+    Redis(RedisError),
+    /// Something before or after the command: no connection, no replica acknowledgement.
+    Other(Error),
+}
+
+impl Failed {
+    /// A MOVED or ASK redirection: the node's address, and whether it is ASK.
+    fn redirection(&self) -> Option<(String, bool)> {
+        let Failed::Redis(err) = self else {
+            return None;
+        };
+        let ask = match err.code() {
+            Some("MOVED") => false,
+            Some("ASK") => true,
+            _ => return None,
+        };
+        err.redirect_node().map(|(addr, _)| (addr.to_owned(), ask))
+    }
+
+    /// Whether this means the master moved (a failover, a resharding): nothing ran, and the
+    /// command may go to the master found again. Only where masters can move.
+    fn means_topology_changed(&self, store: &LockStore) -> bool {
+        if !store.topology.follows_failovers() {
+            return false;
+        }
+        match self {
+            Failed::Redis(err) => {
+                matches!(
+                    server_code(err).as_deref(),
+                    Some("MOVED" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN")
+                ) || err.is_connection_refusal()
+            }
+            Failed::Other(Error::Connect { source }) => source.is_connection_refusal(),
+            Failed::Other(_) => false,
+        }
+    }
+
+    fn into_error(self, store: &LockStore, operation: &'static str, name: &str) -> Error {
+        match self {
+            Failed::Redis(err) => store.classify(operation, name, err),
+            Failed::Other(err) => err,
+        }
+    }
+}
+
+impl Error {
+    /// A timeout error reports how long the whole call took.
+    fn timed(self, started: Instant) -> Self {
+        match self {
+            Error::Timeout { operation, .. } => Error::Timeout {
+                operation,
+                after: round_ms(started.elapsed()),
+            },
+            other => other,
+        }
+    }
+}
+
+/// Acquires and releases of locks wait for replicas when replica sync is on (docs/DESIGN.md,
+/// "Replica acknowledgement"): every lock kind's scripts go through here under these names.
+fn is_replicated_operation(operation: &str) -> bool {
+    matches!(operation, "acquire" | "release")
+}
+
+/// `connected_slaves` from `INFO replication`.
+fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
+    let info: String = redis::cmd("INFO").arg("replication").query(conn)?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// The server's error code, also when it came from one command of a pipeline.
+fn server_code(err: &RedisError) -> Option<String> {
+    if let Some(code) = err.code() {
+        return Some(code.to_owned());
+    }
+    let errors = err.clone().into_server_errors()?;
+    errors.first().map(|(_, e)| e.code().to_owned())
 }
 
 /// How much longer than its budget a call may take rather than pay two system calls to

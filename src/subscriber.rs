@@ -1,54 +1,40 @@
-//! The pub/sub listener: one connection and one thread per manager, shared by every waiter.
+//! The pub/sub side of waiting: the registry of local waiters per channel, shared by every
+//! waiting thread, and the listeners that hear releases for them ([`crate::listener`]): one
+//! listener connection and thread per master (one on a single server or with Sentinel).
 //!
 //! A thread that finds a lock taken registers on the lock's unlock channel; the first waiter
-//! of a channel asks the listener to SUBSCRIBE, the last one to leave asks it to UNSUBSCRIBE.
-//! Each channel keeps a count of permits, like Redisson's semaphore: a `0` message adds one
-//! and wakes one waiter, a `1` wakes all. A permit that arrives while its waiter is busy with
-//! an attempt is kept, so no release is missed between an attempt and the next sleep.
+//! of a channel asks the listener of the channel's master to subscribe (`SSUBSCRIBE` on a
+//! cluster with sharded pub/sub, `SUBSCRIBE` otherwise), the last one to leave asks it to
+//! unsubscribe. Each channel keeps a count of permits, like Redisson's semaphore: a `0`
+//! message adds one and wakes one waiter, a `1` wakes all. A permit that arrives while its
+//! waiter is busy with an attempt is kept, so no release is missed between an attempt and the
+//! next sleep.
 //!
 //! Semaphores and count-down latches wait here too, and their messages mean other things
 //! (see [`ChannelKind`], told by the channel's prefix): on a semaphore's channel a message is
 //! the number of permits available after a release, and wakes up to that many waiters (what
 //! Redisson's `SemaphorePubSub` does); on a latch's channel `0` (the count reached zero) wakes
 //! all, and `1` (a new count was set) wakes nobody, since the latch just closed.
-//!
-//! redis-rs' sync `PubSub` borrows its connection and blocks in `get_message`, so only the
-//! listener thread may touch the connection. It reads with a short timeout to notice requests
-//! and shutdown; a waiter that needs a new subscription now publishes on the manager's private
-//! control channel, which wakes the listener at once instead of after a tick.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, PubSub, RedisResult};
 
 use crate::fork::Origin;
+use crate::listener::{self, Request};
 use crate::names::ChannelKind;
 use crate::store::LockStore;
 use crate::threads;
 
-/// How long the listener blocks in one read before it looks at requests and shutdown without
-/// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
-const TICK: Duration = Duration::from_millis(500);
-/// Without traffic for this long the listener PINGs, so a silently dead connection is found.
-const PING_AFTER: Duration = Duration::from_secs(5);
 /// Channels whose message counts are kept before the counts start again.
 const MESSAGE_COUNTS_KEPT: usize = 4096;
-/// Reconnect delays grow from the first to the last.
-const BACKOFF_FIRST: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// How long a dropped manager tries to wake its listener: the wake-up only saves waiting for
-/// the listener's next tick, so a slow server is not waited for.
+/// How long a dropped manager tries to wake each listener: the wake-up only saves waiting for
+/// the listener's next read tick, so a slow server is not waited for.
 const SHUTDOWN_WAKE_BUDGET: Duration = Duration::from_millis(200);
-
-enum Request {
-    Subscribe(String, Arc<Waiters>),
-    Unsubscribe(String),
-}
 
 /// The local waiters of one channel.
 pub(crate) struct Waiters {
@@ -75,7 +61,7 @@ impl Waiters {
         }
     }
 
-    fn mark_subscribed(&self) {
+    pub(crate) fn mark_subscribed(&self) {
         self.state.lock().subscribed = true;
         self.ready.notify_all();
     }
@@ -103,7 +89,7 @@ impl Waiters {
     }
 
     /// A `1` message, or a reconnect after which messages may have been missed: all try again.
-    fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         let mut state = self.state.lock();
         state.permits = state.waiters;
         drop(state);
@@ -111,31 +97,43 @@ impl Waiters {
     }
 }
 
-struct Shared {
+/// One listener thread: where to send it requests and how to wake it.
+struct ListenerHandle {
+    requests: Sender<Request>,
+    /// Its private channel: a message there wakes it out of its blocking read.
+    control_channel: String,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the subscriber and its listeners share.
+pub(crate) struct Shared {
     channels: Mutex<HashMap<String, Arc<Waiters>>>,
-    /// The channels the listener's connection is subscribed to on the server (including
-    /// those without waiters, until the listener unsubscribes): a release subtracts this
-    /// client's own listener from the count of those who heard its unlock.
-    subscribed: Mutex<HashSet<String>>,
-    /// How many messages the listener has heard on each subscribed channel (waiters or not),
-    /// so that a thread holding back for remote waiters can tell whether one of them
+    /// The channels some listener is subscribed to on the server (including those without
+    /// waiters, until the listener unsubscribes): a release subtracts this client's own
+    /// listener from the count of those who heard its unlock.
+    pub(crate) subscribed: Mutex<HashSet<String>>,
+    /// How many messages the listeners have heard on each subscribed channel (waiters or
+    /// not), so that a thread holding back for remote waiters can tell whether one of them
     /// released the lock meanwhile.
     message_counts: Mutex<HashMap<String, u64>>,
-    requests: Sender<Request>,
-    control_channel: String,
-    store: Arc<LockStore>,
-    response_timeout: Duration,
+    /// The listeners, by the address of the master each listens to.
+    listeners: Mutex<HashMap<String, ListenerHandle>>,
+    /// Threads of listeners whose master is gone, joined at shutdown.
+    retired: Mutex<Vec<JoinHandle<()>>>,
+    client_id: String,
+    pub(crate) store: Arc<LockStore>,
+    pub(crate) response_timeout: Duration,
     shutdown: Mutex<bool>,
     shutdown_signal: Condvar,
 }
 
 impl Shared {
-    fn is_shutdown(&self) -> bool {
+    pub(crate) fn is_shutdown(&self) -> bool {
         *self.shutdown.lock()
     }
 
     /// Sleeps for `d` unless shutdown comes first; returns whether it did.
-    fn sleep(&self, d: Duration) -> bool {
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
         let mut down = self.shutdown.lock();
         if !*down {
             self.shutdown_signal.wait_for(&mut down, d);
@@ -143,65 +141,162 @@ impl Shared {
         *down
     }
 
-    /// Wakes the listener out of its blocking read. If this fails the listener still sees the
-    /// request within one tick.
-    fn wake_listener(&self) {
-        if let Err(err) = self.store.publish(&self.control_channel, "wake") {
-            log::debug!("could not wake the pub/sub listener: {err}");
+    /// The waiters of `channel`, if any.
+    pub(crate) fn waiters(&self, channel: &str) -> Option<Arc<Waiters>> {
+        self.channels.lock().get(channel).cloned()
+    }
+
+    /// Every channel with waiters now.
+    pub(crate) fn waited_channels(&self) -> Vec<(String, Arc<Waiters>)> {
+        self.channels
+            .lock()
+            .iter()
+            .map(|(channel, waiters)| (channel.clone(), Arc::clone(waiters)))
+            .collect()
+    }
+
+    /// Counts a message heard on `channel`.
+    pub(crate) fn count_message(&self, channel: &str) {
+        let mut counts = self.message_counts.lock();
+        if counts.len() >= MESSAGE_COUNTS_KEPT && !counts.contains_key(channel) {
+            counts.clear(); // bounded memory; a yield then misjudges once at most
+        }
+        *counts.entry(channel.to_owned()).or_default() += 1;
+    }
+
+    /// The address of the master whose listener serves `channel` now: the slot's master for
+    /// a sharded channel on a cluster, else the (first) master, where every message arrives.
+    pub(crate) fn master_of(&self, channel: &str) -> Option<String> {
+        let topology = self.store.topology();
+        let key = if topology.is_cluster() { channel } else { "" };
+        topology
+            .route(key)
+            .ok()
+            .map(|(pool, _)| pool.addr().to_owned())
+    }
+
+    /// Asks the listener of `channel`'s master (started if there is none) to do `request`,
+    /// and wakes it. Without a master for it now, the waiters wait by the holder's TTL and
+    /// the channel is subscribed at the next resync.
+    pub(crate) fn send(self: &Arc<Self>, channel: &str, request: Request) {
+        let Some(addr) = self.master_of(channel) else {
+            log::debug!("no master for {channel:?} now; its waiters wait by TTL");
+            return;
+        };
+        let control = {
+            let mut listeners = self.listeners.lock();
+            if self.is_shutdown() {
+                return;
+            }
+            let handle = match listeners.get(&addr) {
+                Some(handle) if !handle.thread.as_ref().is_some_and(|t| t.is_finished()) => handle,
+                _ => {
+                    match self.start_listener(&addr) {
+                        Ok(handle) => {
+                            if let Some(old) = listeners.insert(addr.clone(), handle) {
+                                self.retired.lock().extend(old.thread);
+                            }
+                        }
+                        Err(err) => {
+                            log::error!("cannot start a pub/sub listener for {addr}: {err}");
+                            return;
+                        }
+                    }
+                    &listeners[&addr]
+                }
+            };
+            if handle.requests.send(request).is_err() {
+                return;
+            }
+            handle.control_channel.clone()
+        };
+        if let Err(err) = self.store.publish(&control, "wake") {
+            log::debug!("could not wake the pub/sub listener for {addr}: {err}");
         }
     }
 
-    /// [`wake_listener`](Self::wake_listener), giving up after `budget`.
-    fn wake_listener_within(&self, budget: Duration) {
-        let wake = self
-            .store
-            .run_within("waking the pub/sub listener", "", 1, budget, |conn| {
-                redis::cmd("PUBLISH")
-                    .arg(&self.control_channel)
-                    .arg("wake")
-                    .query::<i64>(conn)
-            });
-        if let Err(err) = wake {
-            log::debug!("could not wake the pub/sub listener: {err}");
+    fn start_listener(self: &Arc<Self>, addr: &str) -> std::io::Result<ListenerHandle> {
+        let (requests, inbox) = crossbeam_channel::unbounded();
+        // One per listener: on a cluster, the master's address tells them apart.
+        let control_channel = if self.store.topology().is_cluster() {
+            format!("redis_lock__control:{{{}}}:{addr}", self.client_id)
+        } else {
+            format!("redis_lock__control:{{{}}}", self.client_id)
+        };
+        let thread = std::thread::Builder::new()
+            .name("redis-lock-pubsub".into())
+            .spawn({
+                let shared = Arc::clone(self);
+                let addr = addr.to_owned();
+                let control = control_channel.clone();
+                move || listener::listen(&shared, &addr, &control, &inbox)
+            })?;
+        Ok(ListenerHandle {
+            requests,
+            control_channel,
+            thread: Some(thread),
+        })
+    }
+
+    /// Routes every waited channel again and sends each to its listener: after the masters
+    /// changed (a failover, a resharding), or when a listener's master is gone. Listeners
+    /// drop the channels that are no longer theirs when they get `Request::Resync`.
+    pub(crate) fn resync(self: &Arc<Self>) {
+        let addrs: Vec<String> = self.listeners.lock().keys().cloned().collect();
+        for addr in addrs {
+            let handle = self
+                .listeners
+                .lock()
+                .get(&addr)
+                .map(|h| (h.requests.clone(), h.control_channel.clone()));
+            if let Some((requests, control)) = handle {
+                if requests.send(Request::Resync).is_ok() {
+                    let _ = self.store.publish(&control, "wake");
+                }
+            }
+        }
+        for (channel, _) in self.waited_channels() {
+            self.send(&channel, Request::Subscribe(channel.clone()));
         }
     }
 }
 
-/// Handle to the listener thread; dropping it stops and joins the thread.
+/// Handle to the listeners; dropping it stops and joins their threads.
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    /// The process whose thread this is (see [`crate::fork`]).
+    /// The process whose threads these are (see [`crate::fork`]).
     origin: Origin,
 }
 
 impl Subscriber {
+    /// Starts the subscriber, and the listener of the (first) master right away: waiters of
+    /// a single server or Sentinel need no thread start on their first wait.
     pub(crate) fn start(
         store: Arc<LockStore>,
         client_id: &str,
         response_timeout: Duration,
     ) -> std::io::Result<Self> {
-        let (requests, inbox) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             subscribed: Mutex::new(HashSet::new()),
             message_counts: Mutex::new(HashMap::new()),
-            requests,
-            control_channel: format!("redis_lock__control:{{{client_id}}}"),
+            listeners: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
+            client_id: client_id.to_owned(),
             store,
             response_timeout,
             shutdown: Mutex::new(false),
             shutdown_signal: Condvar::new(),
         });
-        let thread = std::thread::Builder::new()
-            .name("redis-lock-pubsub".into())
-            .spawn({
-                let shared = Arc::clone(&shared);
-                move || listen(&shared, &inbox)
-            })?;
+        for pool in shared.store.topology().map().masters() {
+            let handle = shared.start_listener(pool.addr())?;
+            shared
+                .listeners
+                .lock()
+                .insert(pool.addr().to_owned(), handle);
+        }
         Ok(Subscriber {
             shared,
-            thread: Some(thread),
             origin: Origin::current(),
         })
     }
@@ -226,10 +321,8 @@ impl Subscriber {
             waiters,
         };
         if first {
-            let request = Request::Subscribe(channel.to_owned(), Arc::clone(&subscription.waiters));
-            if self.shared.requests.send(request).is_ok() {
-                self.shared.wake_listener();
-            }
+            self.shared
+                .send(channel, Request::Subscribe(channel.to_owned()));
         }
         let mut limit = Instant::now() + self.shared.response_timeout;
         if let Some(deadline) = deadline {
@@ -251,12 +344,12 @@ impl Subscriber {
         subscription
     }
 
-    /// Whether this manager's listener is subscribed to `channel` on the server.
+    /// Whether one of this manager's listeners is subscribed to `channel` on the server.
     pub(crate) fn is_listening(&self, channel: &str) -> bool {
         self.shared.subscribed.lock().contains(channel)
     }
 
-    /// How many messages the listener has heard on `channel` since the manager started (it
+    /// How many messages the listeners have heard on `channel` since the manager started (it
     /// only grows, through unsubscribes and reconnects, unless very many channels were
     /// heard).
     pub(crate) fn message_count(&self, channel: &str) -> u64 {
@@ -272,8 +365,7 @@ impl Subscriber {
     /// not wait for its own unlock message to come back through the listener (and a release
     /// whose message the server refused still wakes this manager's waiters).
     pub(crate) fn wake_one(&self, channel: &str) {
-        let waiters = self.shared.channels.lock().get(channel).cloned();
-        if let Some(waiters) = waiters {
+        if let Some(waiters) = self.shared.waiters(channel) {
             waiters.release_one();
         }
     }
@@ -282,25 +374,50 @@ impl Subscriber {
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.channels.lock().len()
     }
+
+    /// How many listener threads run (one per master listened to).
+    pub(crate) fn listener_count(&self) -> usize {
+        self.shared
+            .listeners
+            .lock()
+            .values()
+            .filter(|h| h.thread.as_ref().is_some_and(|t| !t.is_finished()))
+            .count()
+    }
 }
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let Some(thread) = self.thread.take() else {
-            return;
+        let handles: Vec<ListenerHandle> = {
+            let mut listeners = self.shared.listeners.lock();
+            *self.shared.shutdown.lock() = true;
+            listeners.drain().map(|(_, handle)| handle).collect()
         };
+        let retired = std::mem::take(&mut *self.shared.retired.lock());
         if self.origin.is_forked() {
-            // A child made by fork(): the listener does not exist here (joining it fails), its
-            // locks may have been held at the fork, and a wake-up would be sent on a socket
-            // the parent still uses. Touch nothing.
-            std::mem::forget(thread);
+            // A child made by fork(): the listeners do not exist here (joining them fails),
+            // their locks may have been held at the fork, and a wake-up would be sent on a
+            // socket the parent still uses. Touch nothing.
+            for handle in handles {
+                std::mem::forget(handle.thread);
+            }
+            std::mem::forget(retired);
             return;
         }
-        *self.shared.shutdown.lock() = true;
         self.shared.shutdown_signal.notify_all();
         // Only to spare the read tick: a paused or unreachable Redis must not hold the drop.
-        self.shared.wake_listener_within(SHUTDOWN_WAKE_BUDGET);
-        threads::join_stopping(thread, "pub/sub listener");
+        for handle in &handles {
+            if let Err(err) = self.shared.store.publish_within(
+                &handle.control_channel,
+                "wake",
+                SHUTDOWN_WAKE_BUDGET,
+            ) {
+                log::debug!("could not wake a pub/sub listener: {err}");
+            }
+        }
+        for thread in handles.into_iter().filter_map(|h| h.thread).chain(retired) {
+            threads::join_stopping(thread, "pub/sub listener");
+        }
     }
 }
 
@@ -348,126 +465,20 @@ impl Drop for Subscription {
         channels.remove(&self.channel);
         drop(channels);
         // No wake-up: an extra subscription costs nothing until the listener's next tick.
-        let _ = self
-            .shared
-            .requests
-            .send(Request::Unsubscribe(self.channel.clone()));
-    }
-}
-
-/// The listener thread: connect, serve until the connection fails, reconnect with backoff.
-fn listen(shared: &Shared, inbox: &Receiver<Request>) {
-    let mut backoff = BACKOFF_FIRST;
-    let mut connected_before = false;
-    while !shared.is_shutdown() {
-        let mut conn = match shared.store.connect_subscriber() {
-            Ok(conn) => {
-                if connected_before {
-                    shared.store.counters.reconnect();
-                }
-                connected_before = true;
-                conn
-            }
-            Err(err) => {
-                log::warn!("pub/sub listener cannot connect: {err}; retrying in {backoff:?}");
-                shared.sleep(backoff);
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
+        let Some(addr) = self.shared.master_of(&self.channel) else {
+            return;
         };
-        backoff = BACKOFF_FIRST;
-        match serve(shared, &mut conn, inbox) {
-            Ok(()) => return,
-            Err(err) => log::warn!("pub/sub connection lost: {err}; reconnecting"),
-        }
-    }
-}
-
-/// Serves one connection until shutdown (`Ok`) or a connection error.
-fn serve(shared: &Shared, conn: &mut Connection, inbox: &Receiver<Request>) -> RedisResult<()> {
-    conn.set_read_timeout(Some(TICK))?;
-    let mut pubsub = conn.as_pubsub();
-    shared.store.counters.sent(1);
-    pubsub.subscribe(&shared.control_channel)?;
-
-    // Start from the registry, the truth about who waits; queued requests are covered by it.
-    while inbox.try_recv().is_ok() {}
-    shared.subscribed.lock().clear();
-    let current: Vec<(String, Arc<Waiters>)> = shared
-        .channels
-        .lock()
-        .iter()
-        .map(|(channel, waiters)| (channel.clone(), Arc::clone(waiters)))
-        .collect();
-    for (channel, waiters) in &current {
-        subscribe_one(shared, &mut pubsub, channel, waiters)?;
-        shared.subscribed.lock().insert(channel.clone());
-        // Releases announced while we were disconnected were missed: everyone looks again.
-        waiters.release_all();
-    }
-
-    let mut last_traffic = Instant::now();
-    loop {
-        if shared.is_shutdown() {
-            // Dropping `pubsub` sends UNSUBSCRIBE and waits for the reply, a whole read tick on
-            // a paused server; the connection is closed right after, which unsubscribes anyway.
-            pubsub.set_read_timeout(Some(Duration::from_millis(1)))?;
-            return Ok(());
-        }
-        while let Ok(request) = inbox.try_recv() {
-            match request {
-                Request::Subscribe(channel, waiters) => {
-                    subscribe_one(shared, &mut pubsub, &channel, &waiters)?;
-                    shared.subscribed.lock().insert(channel);
-                }
-                Request::Unsubscribe(channel) => {
-                    // A new waiter may have come back since; its own request follows.
-                    if !shared.channels.lock().contains_key(&channel) {
-                        shared.store.counters.sent(1);
-                        pubsub.unsubscribe(&channel)?;
-                        shared.subscribed.lock().remove(&channel);
-                    }
-                }
-            }
-        }
-        match pubsub.get_message() {
-            Ok(msg) => {
-                last_traffic = Instant::now();
-                let channel = msg.get_channel_name();
-                if channel == shared.control_channel {
-                    continue;
-                }
-                let mut counts = shared.message_counts.lock();
-                if counts.len() >= MESSAGE_COUNTS_KEPT && !counts.contains_key(channel) {
-                    counts.clear(); // bounded memory; a yield then misjudges once at most
-                }
-                *counts.entry(channel.to_owned()).or_default() += 1;
-                drop(counts);
-                let waiters = shared.channels.lock().get(channel).cloned();
-                if let Some(waiters) = waiters {
-                    let wake = Wake::of(channel, msg.get_payload_bytes());
-                    if wake != Wake::Nobody {
-                        // Counted first: a woken waiter's caller may look at the stats.
-                        shared.store.counters.wakeup();
-                    }
-                    wake.apply(&waiters);
-                }
-            }
-            Err(err) if err.is_timeout() => {
-                if last_traffic.elapsed() >= PING_AFTER {
-                    shared.store.counters.sent(1);
-                    pubsub.ping::<redis::Value>()?;
-                    last_traffic = Instant::now();
-                }
-            }
-            Err(err) => return Err(err),
+        if let Some(handle) = self.shared.listeners.lock().get(&addr) {
+            let _ = handle
+                .requests
+                .send(Request::Unsubscribe(self.channel.clone()));
         }
     }
 }
 
 /// What a message lets the waiters of its channel do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wake {
+pub(crate) enum Wake {
     Nobody,
     One,
     /// Up to this many (a semaphore's free permits).
@@ -479,7 +490,7 @@ impl Wake {
     /// What `payload` on `channel` means, by the protocol the channel belongs to. Messages
     /// that mean nothing to waiters are ignored: a waiter's poll (or the holder's TTL) bounds
     /// what a misread message could cost.
-    fn of(channel: &str, payload: &[u8]) -> Self {
+    pub(crate) fn of(channel: &str, payload: &[u8]) -> Self {
         match (ChannelKind::of(channel), payload) {
             (ChannelKind::Unlock, b"0") => Wake::One,
             (ChannelKind::Unlock, b"1") | (ChannelKind::Count, b"0") => Wake::All,
@@ -500,7 +511,7 @@ impl Wake {
     }
 
     /// Lets the waiters go as `self` says.
-    fn apply(self, waiters: &Waiters) {
+    pub(crate) fn apply(self, waiters: &Waiters) {
         match self {
             Wake::Nobody => {}
             Wake::One => waiters.release_one(),
@@ -516,60 +527,6 @@ fn ignored(channel: &str, payload: &[u8]) -> Wake {
         String::from_utf8_lossy(payload)
     );
     Wake::Nobody
-}
-
-/// Subscribes to one channel and tells its waiters the subscription is live, unless Redis
-/// refused it: then the refusal is logged and the waiters are left unconfirmed, so they wait
-/// by the holder's TTL instead of believing a wake-up will come.
-///
-/// One channel per command on purpose: redis-rs' `PubSub::subscribe` reads a single reply, so
-/// with several channels the remaining confirmations would be read as the replies to later
-/// commands, and a later subscription would be reported live before the server made it.
-///
-/// That single reply is discarded, error replies included (NOPERM for a user without the
-/// channel right), and `PubSub` gives no access to it. A PING after it tells instead, in
-/// RESP2: on a connection with at least one subscription Redis answers `["pong", ""]`. A
-/// plain `PONG` means either a RESP2 connection subscribed to nothing (this SUBSCRIBE was
-/// refused, and the control channel's too) or RESP3, where PING always answers `PONG`; a
-/// SUBSCRIBE on a connection of its own then settles it, and a listener found to speak RESP3
-/// stops asking (its refusals go unseen, as before). The manager checks the rights when it
-/// starts (`acl.rs`); this catches rights revoked later, after which Redis drops the
-/// listener's connection and the subscriptions made on the new one are refused. A refusal
-/// while the control channel's subscription stands is not seen either.
-fn subscribe_one(
-    shared: &Shared,
-    pubsub: &mut PubSub<'_>,
-    channel: &str,
-    waiters: &Waiters,
-) -> RedisResult<()> {
-    thread_local! {
-        /// Whether PING on this listener's connections cannot tell subscribed from not
-        /// (RESP3). Per thread is per manager: each manager has its own listener thread.
-        static PING_IS_UNINFORMATIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    shared.store.counters.sent(1);
-    pubsub.subscribe(channel)?;
-    if PING_IS_UNINFORMATIVE.get() {
-        waiters.mark_subscribed();
-        return Ok(());
-    }
-    shared.store.counters.sent(1);
-    if let redis::Value::Array(_) = pubsub.ping::<redis::Value>()? {
-        waiters.mark_subscribed();
-        return Ok(());
-    }
-    match crate::acl::check_subscribe(&shared.store, &[channel], shared.response_timeout) {
-        Ok(()) => {
-            PING_IS_UNINFORMATIVE.set(true);
-            waiters.mark_subscribed();
-        }
-        Err(err) => log::error!(
-            "Redis refused the subscription to {channel:?}, or it could not be confirmed: \
-             its waiters will not be woken by releases and retry by the holder's TTL \
-             instead ({err})"
-        ),
-    }
-    Ok(())
 }
 
 #[cfg(test)]

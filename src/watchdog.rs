@@ -66,8 +66,9 @@ impl Drop for Watchdog {
     }
 }
 
-/// Sends one renewal sweep. `None` means it failed (error or panic) and should be retried.
-fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> Option<Vec<bool>> {
+/// Sends one renewal sweep: per entry, whether the hold was still there, or `None` where
+/// renewing it failed (error or panic) and should be retried.
+fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> Vec<Option<bool>> {
     let owners: Vec<String> = sweep
         .batch
         .iter()
@@ -81,9 +82,9 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
         .collect();
     store.counters.renewal_sweep();
     let batch = sweep.batch.len();
-    // One round trip per kind of lock among the holds due (usually one kind).
-    let renew_all = || -> crate::error::Result<Vec<bool>> {
-        let mut renewed = vec![false; batch];
+    // One round trip per kind of lock among the holds due (usually one kind) and master.
+    let renew_all = || -> Vec<Option<bool>> {
+        let mut renewed = vec![None; batch];
         let mut done = vec![false; batch];
         for first in 0..batch {
             if done[first] {
@@ -94,33 +95,18 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
                 .filter(|&i| !done[i] && sweep.batch[i].kind.name() == kind.name())
                 .collect();
             let kind_pairs: Vec<(&str, &str)> = of_kind.iter().map(|&i| pairs[i]).collect();
-            let replies = kind.renew(store, &kind_pairs, timeout_ms, sweep.budget)?;
-            if replies.len() != of_kind.len() {
-                // A reply that does not match the request must not mark holds lost.
-                log::warn!(
-                    "lock renewal: {} replies for {} locks; retrying",
-                    replies.len(),
-                    of_kind.len()
-                );
-                return Ok(Vec::new());
-            }
+            let replies = kind.renew(store, &kind_pairs, timeout_ms, sweep.budget);
             for (&i, reply) in of_kind.iter().zip(replies) {
                 renewed[i] = reply;
+            }
+            for &i in &of_kind {
                 done[i] = true;
             }
         }
-        Ok(renewed)
+        renewed
     };
-    match catch_unwind(AssertUnwindSafe(renew_all)) {
-        Ok(Ok(renewed)) if renewed.len() == batch => Some(renewed),
-        Ok(Ok(_)) => None, // replies that did not match: logged above
-        Ok(Err(err)) => {
-            log::warn!("lock renewal of {batch} locks failed: {err}; retrying");
-            None
-        }
-        Err(_) => {
-            log::error!("lock renewal panicked; retrying");
-            None
-        }
-    }
+    catch_unwind(AssertUnwindSafe(renew_all)).unwrap_or_else(|_| {
+        log::error!("lock renewal panicked; retrying");
+        vec![None; batch]
+    })
 }

@@ -66,7 +66,8 @@ impl From<Error> for Failure {
             Error::Connect { .. }
             | Error::Redis { .. }
             | Error::WrongType { .. }
-            | Error::Timeout { .. } => REDIS_LOCK_REDIS_ERROR,
+            | Error::Timeout { .. }
+            | Error::NotReplicated { .. } => REDIS_LOCK_REDIS_ERROR,
             Error::ThreadSpawn { .. } => REDIS_LOCK_SYSTEM_ERROR,
         };
         Failure::new(code, err.to_string())

@@ -5,7 +5,9 @@
 //! a server someone else started. Benches and examples reuse this file through `#[path]`.
 #![allow(dead_code)] // each test binary uses a different part of it
 
+pub mod cluster;
 pub mod proxy;
+pub mod sentinel;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -33,6 +35,12 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "s3cret"]`).
     pub fn start_with(extra_args: &[&str]) -> Self {
+        Self::start_below(extra_args, u16::MAX)
+    }
+
+    /// [`start_with`](Self::start_with) on a port below `limit` (a cluster node's bus listens
+    /// on its port + 10000).
+    pub fn start_below(extra_args: &[&str], limit: u16) -> Self {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let password = extra_args
             .iter()
@@ -43,7 +51,7 @@ impl RedisServer {
         for _ in 0..5 {
             let mut server = RedisServer {
                 child: None,
-                port: free_port(),
+                port: free_port_below(limit),
                 dir: tempfile::Builder::new()
                     .prefix("redis-lock-test-")
                     .tempdir()
@@ -182,6 +190,16 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// A free loopback port below `limit`.
+pub fn free_port_below(limit: u16) -> u16 {
+    loop {
+        let port = free_port();
+        if port < limit {
+            return port;
+        }
+    }
 }
 
 fn panic_with_log(log: &str) -> ! {

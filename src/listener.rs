@@ -1,0 +1,398 @@
+//! One pub/sub listener: a thread with its own RESP3 connection to one master, subscribed to
+//! the channels of that master's waiters (`crate::subscriber` keeps the waiters and routes
+//! channels to listeners).
+//!
+//! The connection speaks RESP3 so that every message, and every subscription's confirmation,
+//! arrives as a push value: redis-rs' sync `PubSub` reads RESP2, where it drops the
+//! `smessage` of sharded pub/sub (which Redisson uses on a Redis 7 cluster), and discards the
+//! replies to SUBSCRIBE, so a refused subscription would look live. Here a subscription counts
+//! as live only once the server confirmed it.
+//!
+//! The listener blocks in one read at a time with a short timeout, to notice requests and
+//! shutdown; a waiter that needs a new subscription publishes on the listener's private
+//! control channel (plain pub/sub, which reaches every node of a cluster), which wakes it at
+//! once. redis-rs counts a read that timed out as a reply still owed and skips the next
+//! non-push value it reads; push values are never skipped, so nothing here relies on a
+//! non-push reply: liveness is checked by subscribing to the control channel again, whose
+//! confirmation is a push.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use redis::{Connection, PushKind, RedisResult, Value};
+
+use crate::subscriber::{Shared, Wake};
+
+/// How long the listener blocks in one read before it looks at requests and shutdown without
+/// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
+const TICK: Duration = Duration::from_millis(500);
+/// Without traffic for this long the listener checks its connection (and that its server is
+/// still a master).
+const CHECK_AFTER: Duration = Duration::from_secs(5);
+/// Reconnect delays grow from the first to the last.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// What a waiting thread (or the subscriber) asks of a listener.
+pub(crate) enum Request {
+    Subscribe(String),
+    Unsubscribe(String),
+    /// The masters changed: drop the channels that are no longer this listener's (the
+    /// subscriber sends them to their new listeners).
+    Resync,
+}
+
+/// The listener thread for the master at `addr`: connect, serve until the connection fails,
+/// reconnect with backoff; ends at shutdown, or when `addr` is no longer a master (its
+/// channels go to the new masters' listeners).
+pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Receiver<Request>) {
+    let mut backoff = BACKOFF_FIRST;
+    let mut connected_before = false;
+    while !shared.is_shutdown() {
+        let connected = shared
+            .store
+            .topology()
+            .node(addr)
+            .and_then(|pool| pool.connect_listener());
+        let mut conn = match connected {
+            Ok(conn) => {
+                if connected_before {
+                    shared.store.counters.reconnect();
+                }
+                connected_before = true;
+                conn
+            }
+            Err(err) => {
+                if !is_master(shared, addr, true) {
+                    log::info!("pub/sub listener for {addr}: no longer a master; stopping");
+                    shared.resync();
+                    return;
+                }
+                log::warn!(
+                    "pub/sub listener cannot connect to {addr}: {err}; retrying in {backoff:?}"
+                );
+                shared.sleep(backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = BACKOFF_FIRST;
+        let mut listener = Listener {
+            shared,
+            addr,
+            control,
+            mine: HashSet::new(),
+            pending: HashMap::new(),
+        };
+        match listener.serve(&mut conn, inbox) {
+            Ok(Served::Shutdown) => return,
+            Ok(Served::Retired) => {
+                log::info!("pub/sub listener for {addr}: no longer a master; stopping");
+                shared.resync();
+                return;
+            }
+            Err(err) => {
+                log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
+                // Its master may have failed over: the waiters' channels may be elsewhere now.
+                if !is_master(shared, addr, true) {
+                    shared.resync();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `addr` is a master in the current map (asking the deployment again first when
+/// `refresh`).
+fn is_master(shared: &Shared, addr: &str, refresh: bool) -> bool {
+    let topology = shared.store.topology();
+    if refresh && topology.follows_failovers() {
+        topology.refresh(topology.map().generation);
+    }
+    topology
+        .map()
+        .masters()
+        .iter()
+        .any(|pool| pool.addr() == addr)
+}
+
+enum Served {
+    Shutdown,
+    /// The server is no longer a master.
+    Retired,
+}
+
+/// One connection's worth of listening.
+struct Listener<'a> {
+    shared: &'a Arc<Shared>,
+    addr: &'a str,
+    control: &'a str,
+    /// The channels this listener serves (subscribed, or asked to be).
+    mine: HashSet<String>,
+    /// Subscriptions sent and not confirmed yet: when they were sent, and how many times
+    /// they went unconfirmed before.
+    pending: HashMap<String, (Instant, u32)>,
+}
+
+impl Listener<'_> {
+    fn sharded(&self) -> bool {
+        self.shared.store.topology().sharded_pubsub()
+    }
+
+    /// Serves one connection until shutdown or retirement (`Ok`) or a connection error.
+    fn serve(&mut self, conn: &mut Connection, inbox: &Receiver<Request>) -> RedisResult<Served> {
+        conn.set_read_timeout(Some(TICK))?;
+        self.send(conn, "SUBSCRIBE", self.control)?;
+
+        // Start from the registry, the truth about who waits; queued requests are covered by it.
+        while inbox.try_recv().is_ok() {}
+        for (channel, waiters) in self.shared.waited_channels() {
+            if self.is_mine(&channel) {
+                self.subscribe(conn, &channel)?;
+                // Releases announced while we were disconnected were missed: all look again.
+                waiters.release_all();
+            }
+        }
+
+        let mut last_traffic = Instant::now();
+        let mut checked = false;
+        loop {
+            if self.shared.is_shutdown() {
+                return Ok(Served::Shutdown);
+            }
+            while let Ok(request) = inbox.try_recv() {
+                self.handle(conn, request)?;
+            }
+            self.retry_unconfirmed(conn)?;
+            match conn.recv_response() {
+                Ok(value) => {
+                    last_traffic = Instant::now();
+                    checked = false;
+                    self.received(value);
+                }
+                Err(err) if err.is_timeout() => {
+                    let idle = last_traffic.elapsed();
+                    if idle >= CHECK_AFTER && !checked {
+                        if !is_master(self.shared, self.addr, false) {
+                            return Ok(Served::Retired);
+                        }
+                        // The confirmation is a push, which a live connection always delivers.
+                        self.send(conn, "SUBSCRIBE", self.control)?;
+                        checked = true;
+                    } else if checked && idle >= CHECK_AFTER + self.shared.response_timeout {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "the pub/sub connection stopped answering",
+                        )));
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Whether `channel` belongs to this listener's master now.
+    fn is_mine(&self, channel: &str) -> bool {
+        self.shared.master_of(channel).as_deref() == Some(self.addr)
+    }
+
+    fn handle(&mut self, conn: &mut Connection, request: Request) -> RedisResult<()> {
+        match request {
+            Request::Subscribe(channel) => {
+                if self.mine.contains(&channel) {
+                    // Subscribed already (its waiters left and new ones came before the
+                    // unsubscribe went out): the new waiters are covered once it is confirmed.
+                    if !self.pending.contains_key(&channel) {
+                        if let Some(waiters) = self.shared.waiters(&channel) {
+                            waiters.mark_subscribed();
+                        }
+                    }
+                    return Ok(());
+                }
+                if self.is_mine(&channel) {
+                    self.subscribe(conn, &channel)?;
+                } else if self.shared.waiters(&channel).is_some() {
+                    // Routed here by an older map: to the listener of its master now.
+                    self.shared
+                        .send(&channel, Request::Subscribe(channel.clone()));
+                }
+            }
+            Request::Unsubscribe(channel) => {
+                // A new waiter may have come back since; its own request follows.
+                if self.shared.waiters(&channel).is_none() && self.mine.remove(&channel) {
+                    self.pending.remove(&channel);
+                    self.shared.subscribed.lock().remove(&channel);
+                    let command = self.unsubscribe_command();
+                    self.send(conn, command, &channel)?;
+                }
+            }
+            Request::Resync => {
+                let moved: Vec<String> = self
+                    .mine
+                    .iter()
+                    .filter(|channel| !self.is_mine(channel))
+                    .cloned()
+                    .collect();
+                for channel in moved {
+                    self.mine.remove(&channel);
+                    self.pending.remove(&channel);
+                    self.shared.subscribed.lock().remove(&channel);
+                    let command = self.unsubscribe_command();
+                    self.send(conn, command, &channel)?;
+                    if let Some(waiters) = self.shared.waiters(&channel) {
+                        waiters.release_all();
+                        self.shared
+                            .send(&channel, Request::Subscribe(channel.clone()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn subscribe(&mut self, conn: &mut Connection, channel: &str) -> RedisResult<()> {
+        let command = if self.sharded() {
+            "SSUBSCRIBE"
+        } else {
+            "SUBSCRIBE"
+        };
+        self.send(conn, command, channel)?;
+        self.mine.insert(channel.to_owned());
+        let failures = self
+            .pending
+            .get(channel)
+            .map_or(0, |(_, failures)| *failures);
+        self.pending
+            .insert(channel.to_owned(), (Instant::now(), failures));
+        Ok(())
+    }
+
+    fn unsubscribe_command(&self) -> &'static str {
+        if self.sharded() {
+            "SUNSUBSCRIBE"
+        } else {
+            "UNSUBSCRIBE"
+        }
+    }
+
+    fn send(&self, conn: &mut Connection, command: &str, channel: &str) -> RedisResult<()> {
+        self.shared.store.counters.sent(1);
+        conn.send_packed_command(&redis::cmd(command).arg(channel).get_packed_command())
+    }
+
+    /// A subscription the server has not confirmed within a response timeout was refused or
+    /// went to a node that no longer serves the channel's slot (its MOVED error reply may
+    /// have been skipped, see the module's notes): ask where the masters are, and subscribe
+    /// again where the channel belongs now.
+    fn retry_unconfirmed(&mut self, conn: &mut Connection) -> RedisResult<()> {
+        let timeout = self.shared.response_timeout;
+        // Refused again and again (no channel rights): ask less and less often.
+        let late: Vec<(String, u32)> = self
+            .pending
+            .iter()
+            .filter(|(_, (sent, failures))| {
+                sent.elapsed() >= timeout * 2u32.pow((*failures).min(5))
+            })
+            .map(|(channel, (_, failures))| (channel.clone(), *failures))
+            .collect();
+        if late.is_empty() {
+            return Ok(());
+        }
+        let topology = self.shared.store.topology();
+        if topology.follows_failovers() {
+            topology.refresh(topology.map().generation);
+        }
+        for (channel, failures) in late {
+            if failures == 0 {
+                log::error!(
+                    "Redis refused the subscription to {channel:?} at {}, or did not confirm it \
+                     within {timeout:?}: its waiters wait by the holder's TTL until a \
+                     subscription is confirmed (asking again)",
+                    self.addr
+                );
+            }
+            self.mine.remove(&channel);
+            if self.shared.waiters(&channel).is_none() {
+                self.pending.remove(&channel);
+                continue;
+            }
+            if self.is_mine(&channel) {
+                self.pending
+                    .insert(channel.clone(), (Instant::now(), failures + 1));
+                self.subscribe(conn, &channel)?;
+            } else {
+                self.pending.remove(&channel);
+                self.shared
+                    .send(&channel, Request::Subscribe(channel.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the server sent: a message, a confirmation, a server-side unsubscribe, an error.
+    fn received(&mut self, value: Value) {
+        let (kind, data) = match value {
+            Value::Push { kind, data } => (kind, data),
+            Value::ServerError(err) => {
+                log::warn!("pub/sub listener for {}: {err:?}", self.addr);
+                if matches!(err.code(), "MOVED" | "NOPERM") {
+                    // Which subscription it answers is not said: the late-confirmation check
+                    // sorts it out within a response timeout.
+                    log::debug!("subscriptions of {} will be checked again", self.addr);
+                }
+                return;
+            }
+            _ => return, // a reply to nothing we wait for (see the module's notes)
+        };
+        let channel = match data.first() {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => return,
+        };
+        match kind {
+            PushKind::Message | PushKind::SMessage => {
+                if channel == self.control {
+                    return;
+                }
+                let payload = match data.get(1) {
+                    Some(Value::BulkString(bytes)) => bytes.as_slice(),
+                    _ => b"",
+                };
+                self.shared.count_message(&channel);
+                if let Some(waiters) = self.shared.waiters(&channel) {
+                    let wake = Wake::of(&channel, payload);
+                    if wake != Wake::Nobody {
+                        // Counted first: a woken waiter's caller may look at the stats.
+                        self.shared.store.counters.wakeup();
+                    }
+                    wake.apply(&waiters);
+                }
+            }
+            PushKind::Subscribe | PushKind::SSubscribe => {
+                if self.pending.remove(&channel).is_some() {
+                    self.shared.subscribed.lock().insert(channel.clone());
+                    if let Some(waiters) = self.shared.waiters(&channel) {
+                        waiters.mark_subscribed();
+                    }
+                }
+            }
+            PushKind::SUnsubscribe if self.mine.contains(&channel) => {
+                // The server ended it: the slot moved (a failover demoted this master, or a
+                // resharding). Subscribe where the channel is now, and let its waiters look
+                // again, since releases may have been missed meanwhile.
+                self.mine.remove(&channel);
+                self.shared.subscribed.lock().remove(&channel);
+                let topology = self.shared.store.topology();
+                topology.refresh(topology.map().generation);
+                if let Some(waiters) = self.shared.waiters(&channel) {
+                    waiters.release_all();
+                    self.shared
+                        .send(&channel, Request::Subscribe(channel.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+}

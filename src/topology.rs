@@ -1,0 +1,649 @@
+//! Which server each command goes to: the one server, the master Sentinel names, or the master
+//! that serves a key's slot in a Redis Cluster (docs/DESIGN.md, "Deployments").
+//!
+//! The topology keeps a map from slots to masters, each master with its own connection
+//! [`Pool`]. The map is replaced as a whole when it turns out to be stale: a MOVED reply, a
+//! READONLY reply (a master demoted to replica by a failover), or a master that no longer
+//! answers. Pools of masters that stay masters are kept across maps, so a refresh costs no
+//! connections. Discovery asks the deployment itself: `CLUSTER SLOTS` on any node (known
+//! masters first, then the seeds) or `SENTINEL get-master-addr-by-name` on each sentinel in
+//! turn, confirmed by the master's own `ROLE`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+
+use crate::config::Config;
+use crate::endpoints::Endpoints;
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::slot;
+
+/// Refreshes closer together than this reuse the last map: when a whole cluster is down, every
+/// failing call would otherwise ask for a new map.
+const REFRESH_INTERVAL_MIN: Duration = Duration::from_millis(100);
+
+/// A slot served by no known master.
+const NO_MASTER: u16 = u16::MAX;
+
+/// How a deployment's masters are found.
+enum Discovery {
+    Server,
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        master_name: String,
+    },
+    Cluster {
+        seeds: Vec<ConnectionInfo>,
+    },
+}
+
+/// One view of the deployment's masters.
+pub(crate) struct Map {
+    /// Grows with every new map; a caller that saw a stale map names it when asking for a
+    /// refresh, so that many callers seeing the same stale map cause one refresh.
+    pub(crate) generation: u64,
+    masters: Vec<Arc<Pool>>,
+    /// Cluster only: for each slot, its master's index in `masters` (or [`NO_MASTER`]).
+    slots: Option<Box<[u16]>>,
+}
+
+impl Map {
+    /// The master that serves `key`; on one server or Sentinel, the master. An empty key
+    /// (commands that touch no key) goes to the first master.
+    pub(crate) fn master_for(&self, key: &str) -> Option<&Arc<Pool>> {
+        let index = match (&self.slots, key) {
+            (Some(slots), key) if !key.is_empty() => slots[usize::from(slot::of(key.as_bytes()))],
+            _ => 0,
+        };
+        self.masters.get(usize::from(index))
+    }
+
+    /// Every master, each once.
+    pub(crate) fn masters(&self) -> &[Arc<Pool>] {
+        &self.masters
+    }
+}
+
+/// Opens clients and pools for nodes of one deployment, all with the same settings.
+struct Nodes {
+    /// The first URL's settings: credentials, database, TLS or not.
+    template: ConnectionInfo,
+    tls_root_certificate: Option<Vec<u8>>,
+    pool_size: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Nodes {
+    /// The template's settings with another node's address.
+    fn at(&self, host: &str, port: u16) -> ConnectionInfo {
+        let addr = match self.template.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        self.template.clone().set_addr(addr)
+    }
+
+    fn client(&self, info: ConnectionInfo) -> Result<Client> {
+        client(info, self.tls_root_certificate.as_deref())
+    }
+
+    fn pool(&self, info: ConnectionInfo) -> Result<Pool> {
+        Ok(Pool::new(
+            self.client(info)?,
+            self.pool_size,
+            self.connect_timeout,
+            self.response_timeout,
+        ))
+    }
+
+    /// A connection of its own, for discovery, with the pool's timeouts.
+    fn probe(&self, info: ConnectionInfo) -> Result<Connection> {
+        let conn = self
+            .client(info)?
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(|source| Error::Connect { source })?;
+        conn.set_read_timeout(Some(self.response_timeout))
+            .map_err(|source| Error::Connect { source })?;
+        Ok(conn)
+    }
+}
+
+/// Makes a redis-rs client for `info`: TCP_NODELAY, no `CLIENT SETINFO`, TLS roots if given.
+pub(crate) fn client(info: ConnectionInfo, tls_root_certificate: Option<&[u8]>) -> Result<Client> {
+    // Every request is a small write followed by a wait for the reply: Nagle's algorithm
+    // would only add delay (up to a delayed-ACK period) to each of them.
+    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    // CLIENT SETINFO (which redis-rs sends on connect unless told not to) is informative
+    // only and its replies are ignored, but a paused server makes each of them cost a
+    // full timeout of the connect.
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let info = info.set_tcp_settings(tcp).set_redis_settings(settings);
+    match tls_root_certificate {
+        #[cfg(feature = "tls")]
+        Some(pem) => Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+        _ => Client::open(info),
+    }
+    .map_err(|source| Error::InvalidUrl { source })
+}
+
+fn parse_url(url: &str) -> Result<ConnectionInfo> {
+    url.into_connection_info()
+        .map_err(|source| Error::InvalidUrl { source })
+}
+
+/// Where commands go, and how to find out again.
+pub(crate) struct Topology {
+    discovery: Discovery,
+    nodes: Nodes,
+    map: RwLock<Arc<Map>>,
+    /// Held while discovering; also when the last discovery ended.
+    refreshing: Mutex<Instant>,
+    /// Cluster only: releases are announced with `SPUBLISH` and heard with `SSUBSCRIBE` on
+    /// the slot's master (Redis 7 sharded pub/sub), as Redisson does when the cluster
+    /// supports it.
+    sharded_pubsub: bool,
+}
+
+impl Topology {
+    /// Reads the endpoints and finds the masters (a wrong address or password fails here).
+    pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
+        let (discovery, template) = match endpoints {
+            Endpoints::Server(url) => (Discovery::Server, parse_url(url)?),
+            Endpoints::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let sentinels = sentinels
+                    .iter()
+                    .map(|url| parse_url(url))
+                    .collect::<Result<Vec<_>>>()?;
+                let template = sentinels[0].clone();
+                let discovery = Discovery::Sentinel {
+                    sentinels,
+                    master_name: master_name.clone(),
+                };
+                (discovery, template)
+            }
+            Endpoints::Cluster { seeds } => {
+                let seeds = seeds
+                    .iter()
+                    .map(|url| parse_url(url))
+                    .collect::<Result<Vec<_>>>()?;
+                if let Some(seed) = seeds.iter().find(|seed| seed.redis_settings().db() != 0) {
+                    return Err(Error::invalid(
+                        "cluster node URL",
+                        format!("{}: a cluster has only database 0", seed.addr()),
+                    ));
+                }
+                let template = seeds[0].clone();
+                (Discovery::Cluster { seeds }, template)
+            }
+        };
+        let nodes = Nodes {
+            template,
+            tls_root_certificate: config
+                .tls_root_certificate
+                .as_ref()
+                .map(|pem| pem.0.clone()),
+            pool_size: config.pool_size,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+        };
+        let mut topology = Topology {
+            discovery,
+            nodes,
+            map: RwLock::new(Arc::new(Map {
+                generation: 0,
+                masters: Vec::new(),
+                slots: None,
+            })),
+            refreshing: Mutex::new(Instant::now()),
+            sharded_pubsub: false,
+        };
+        let map = topology.discover(&Map {
+            generation: 0,
+            masters: Vec::new(),
+            slots: None,
+        })?;
+        if matches!(topology.discovery, Discovery::Cluster { .. }) {
+            topology.sharded_pubsub = supports_sharded_pubsub(&map)?;
+        }
+        *topology.map.get_mut() = Arc::new(map);
+        Ok(topology)
+    }
+
+    /// The current map.
+    pub(crate) fn map(&self) -> Arc<Map> {
+        Arc::clone(&self.map.read())
+    }
+
+    /// Whether this is a cluster (keys are routed by slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.discovery, Discovery::Cluster { .. })
+    }
+
+    /// Whether the master can change under the same name (Sentinel or Cluster): then a
+    /// refused connection or a READONLY reply means "ask again where the master is".
+    pub(crate) fn follows_failovers(&self) -> bool {
+        !matches!(self.discovery, Discovery::Server)
+    }
+
+    /// Whether releases are announced with `SPUBLISH` (see the field).
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.sharded_pubsub
+    }
+
+    /// The master of `key` in the current map, with the map's generation.
+    pub(crate) fn route(&self, key: &str) -> Result<(Arc<Pool>, u64)> {
+        let map = self.map();
+        match map.master_for(key) {
+            Some(pool) => Ok((Arc::clone(pool), map.generation)),
+            None => {
+                // No master serves the slot: a failover or a resharding is under way.
+                self.refresh(map.generation);
+                let map = self.map();
+                map.master_for(key)
+                    .map(|pool| (Arc::clone(pool), map.generation))
+                    .ok_or_else(|| Error::Redis {
+                        operation: "routing",
+                        source: redis::RedisError::from((
+                            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                            "no master serves the key's slot",
+                            format!("slot {}", slot::of(key.as_bytes())),
+                        )),
+                    })
+            }
+        }
+    }
+
+    /// A pool for the node at `addr` (`host:port`), as an ASK redirection names it: the
+    /// current map's if it has one, else a new one, not kept.
+    pub(crate) fn node(&self, addr: &str) -> Result<Arc<Pool>> {
+        if let Some(pool) = self.map().masters.iter().find(|p| p.addr() == addr) {
+            return Ok(Arc::clone(pool));
+        }
+        let (host, port) = split_addr(addr)
+            .ok_or_else(|| Error::invalid("redirection", format!("bad address {addr:?}")))?;
+        Ok(Arc::new(self.nodes.pool(self.nodes.at(host, port))?))
+    }
+
+    /// Asks the deployment where its masters are now, unless the map is newer than
+    /// `seen_generation` (someone else asked already) or was made a moment ago. Failures
+    /// are logged and leave the current map.
+    pub(crate) fn refresh(&self, seen_generation: u64) {
+        let mut last = self.refreshing.lock();
+        let current = self.map();
+        if current.generation != seen_generation || last.elapsed() < REFRESH_INTERVAL_MIN {
+            return;
+        }
+        let result = self.discover(&current);
+        *last = Instant::now();
+        match result {
+            Ok(map) => {
+                log::debug!(
+                    "topology: {} master(s): {:?}",
+                    map.masters.len(),
+                    map.masters.iter().map(|p| p.addr()).collect::<Vec<_>>()
+                );
+                *self.map.write() = Arc::new(map);
+            }
+            Err(err) => log::warn!("could not find the masters again: {err}"),
+        }
+    }
+
+    /// A new map, reusing `current`'s pools where masters stayed.
+    fn discover(&self, current: &Map) -> Result<Map> {
+        let generation = current.generation + 1;
+        let reuse = |info: ConnectionInfo| -> Result<Arc<Pool>> {
+            let addr = info.addr().to_string();
+            match current.masters.iter().find(|p| p.addr() == addr) {
+                Some(pool) => Ok(Arc::clone(pool)),
+                None => Ok(Arc::new(self.nodes.pool(info)?)),
+            }
+        };
+        match &self.discovery {
+            Discovery::Server => {
+                let pool = reuse(self.nodes.template.clone())?;
+                Ok(Map {
+                    generation,
+                    masters: vec![pool],
+                    slots: None,
+                })
+            }
+            Discovery::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let (host, port, replicas) = self.ask_sentinels(sentinels, master_name)?;
+                let pool = reuse(self.nodes.at(&host, port))?;
+                pool.set_replicas(replicas);
+                Ok(Map {
+                    generation,
+                    masters: vec![pool],
+                    slots: None,
+                })
+            }
+            Discovery::Cluster { seeds } => {
+                // Known masters first: the seeds may be long gone in a cluster that changed.
+                let mut candidates: Vec<ConnectionInfo> = current
+                    .masters
+                    .iter()
+                    .filter_map(|p| split_addr(p.addr()).map(|(h, port)| self.nodes.at(h, port)))
+                    .collect();
+                candidates.extend(seeds.iter().cloned());
+                let mut last_error = None;
+                for candidate in candidates {
+                    let asked = candidate.addr().to_string();
+                    match self.ask_cluster(candidate) {
+                        Ok(ranges) => return self.cluster_map(generation, &asked, ranges, reuse),
+                        Err(err) => last_error = Some(err),
+                    }
+                }
+                Err(last_error.unwrap_or_else(|| Error::invalid("cluster node URLs", "none")))
+            }
+        }
+    }
+
+    /// `CLUSTER SLOTS` on one node.
+    fn ask_cluster(&self, node: ConnectionInfo) -> Result<Vec<SlotRange>> {
+        let mut conn = self.nodes.probe(node)?;
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .map_err(|source| Error::Redis {
+                operation: "finding the cluster's slots",
+                source,
+            })?;
+        parse_cluster_slots(reply).ok_or_else(|| Error::Redis {
+            operation: "finding the cluster's slots",
+            source: redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected CLUSTER SLOTS reply",
+            )),
+        })
+    }
+
+    fn cluster_map(
+        &self,
+        generation: u64,
+        asked: &str,
+        ranges: Vec<SlotRange>,
+        reuse: impl Fn(ConnectionInfo) -> Result<Arc<Pool>>,
+    ) -> Result<Map> {
+        let mut masters: Vec<Arc<Pool>> = Vec::new();
+        let mut replicas: HashMap<String, usize> = HashMap::new();
+        let mut slots = vec![NO_MASTER; slot::SLOTS].into_boxed_slice();
+        for range in ranges {
+            // A node that does not know its own address reports an empty host: it is the
+            // node that was asked.
+            let host = if range.host.is_empty() || range.host == "?" {
+                split_addr(asked).map_or("127.0.0.1", |(h, _)| h).to_owned()
+            } else {
+                range.host
+            };
+            let addr = format!("{host}:{}", range.port);
+            let index = match masters.iter().position(|p| p.addr() == addr) {
+                Some(index) => index,
+                None => {
+                    masters.push(reuse(self.nodes.at(&host, range.port))?);
+                    masters.len() - 1
+                }
+            };
+            let seen = replicas.entry(addr).or_default();
+            *seen = (*seen).max(range.replicas);
+            for s in range.start..=range.end.min(slot::SLOTS as u16 - 1) {
+                slots[usize::from(s)] = index as u16;
+            }
+        }
+        if masters.is_empty() {
+            return Err(Error::Redis {
+                operation: "finding the cluster's slots",
+                source: redis::RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                    "the cluster serves no slots",
+                )),
+            });
+        }
+        for pool in &masters {
+            pool.set_replicas(replicas.get(pool.addr()).copied().unwrap_or(0));
+        }
+        Ok(Map {
+            generation,
+            masters,
+            slots: Some(slots),
+        })
+    }
+
+    /// The master's address and replica count from the first sentinel that knows it and
+    /// whose answer the master confirms (`ROLE` says master).
+    fn ask_sentinels(
+        &self,
+        sentinels: &[ConnectionInfo],
+        master_name: &str,
+    ) -> Result<(String, u16, usize)> {
+        let mut last_error = None;
+        for sentinel in sentinels {
+            let asked = (|| -> Result<(String, u16, usize)> {
+                let mut conn = self.nodes.probe(sentinel.clone())?;
+                let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
+                    cmd.query(conn).map_err(|source| Error::Redis {
+                        operation: "asking a sentinel for the master",
+                        source,
+                    })
+                };
+                let mut cmd = redis::cmd("SENTINEL");
+                cmd.arg("get-master-addr-by-name").arg(master_name);
+                let reply: Option<(String, u16)> = redis::from_redis_value(query(&mut conn, &cmd)?)
+                    .map_err(|source| Error::Redis {
+                        operation: "asking a sentinel for the master",
+                        source: source.into(),
+                    })?;
+                let (host, port) = reply.ok_or_else(|| {
+                    Error::invalid(
+                        "master name",
+                        format!(
+                            "the sentinel at {} knows no master {master_name:?}",
+                            sentinel.addr()
+                        ),
+                    )
+                })?;
+                let mut cmd = redis::cmd("SENTINEL");
+                cmd.arg("replicas").arg(master_name);
+                let replicas = count_healthy_replicas(&query(&mut conn, &cmd)?);
+                // A sentinel may not have seen a failover yet: the master must agree.
+                let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
+                let role: Value =
+                    redis::cmd("ROLE")
+                        .query(&mut master)
+                        .map_err(|source| Error::Redis {
+                            operation: "checking the master's role",
+                            source,
+                        })?;
+                match role {
+                    Value::Array(items) if is_bulk(items.first(), "master") => {
+                        Ok((host, port, replicas))
+                    }
+                    _ => Err(Error::Redis {
+                        operation: "checking the master's role",
+                        source: redis::RedisError::from((
+                            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                            "the node the sentinel named is not a master (yet)",
+                            format!("{host}:{port}"),
+                        )),
+                    }),
+                }
+            })();
+            match asked {
+                Ok(found) => return Ok(found),
+                Err(err) => {
+                    log::debug!("sentinel {}: {err}", sentinel.addr());
+                    last_error = Some(err);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::invalid("sentinel URLs", "none")))
+    }
+}
+
+/// One entry of `CLUSTER SLOTS`.
+struct SlotRange {
+    start: u16,
+    end: u16,
+    host: String,
+    port: u16,
+    replicas: usize,
+}
+
+fn parse_cluster_slots(reply: Value) -> Option<Vec<SlotRange>> {
+    let Value::Array(entries) = reply else {
+        return None;
+    };
+    let mut ranges = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(items) = entry else {
+            return None;
+        };
+        let int = |v: &Value| match v {
+            Value::Int(n) => u16::try_from(*n).ok(),
+            _ => None,
+        };
+        let start = int(items.first()?)?;
+        let end = int(items.get(1)?)?;
+        let Value::Array(node) = items.get(2)? else {
+            return None;
+        };
+        let host = match node.first()? {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            Value::SimpleString(text) => text.clone(),
+            _ => return None,
+        };
+        let port = int(node.get(1)?)?;
+        ranges.push(SlotRange {
+            start,
+            end,
+            host,
+            port,
+            replicas: items.len().saturating_sub(3),
+        });
+    }
+    Some(ranges)
+}
+
+/// Replicas in a `SENTINEL replicas` reply not flagged down or disconnected.
+fn count_healthy_replicas(reply: &Value) -> usize {
+    let Value::Array(replicas) = reply else {
+        return 0;
+    };
+    replicas
+        .iter()
+        .filter(|replica| {
+            let fields: Vec<String> = match replica {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|v| redis::from_redis_value_ref::<String>(v).unwrap_or_default())
+                    .collect(),
+                Value::Map(pairs) => pairs
+                    .iter()
+                    .flat_map(|(k, v)| [k, v])
+                    .map(|v| redis::from_redis_value_ref::<String>(v).unwrap_or_default())
+                    .collect(),
+                _ => return false,
+            };
+            let flags = fields
+                .chunks(2)
+                .find(|pair| pair[0] == "flags")
+                .and_then(|pair| pair.get(1).cloned())
+                .unwrap_or_default();
+            !flags.contains("down") && !flags.contains("disconnected")
+        })
+        .count()
+}
+
+fn is_bulk(value: Option<&Value>, text: &str) -> bool {
+    match value {
+        Some(Value::BulkString(bytes)) => bytes == text.as_bytes(),
+        Some(Value::SimpleString(s)) => s == text,
+        _ => false,
+    }
+}
+
+/// `host:port` → its parts (`[::1]:7000` too).
+pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// Whether the cluster answers `PUBSUB SHARDNUMSUB` (Redis 7): Redisson's AUTO mode then
+/// announces releases with `SPUBLISH`, and a client listening with `SUBSCRIBE` would never
+/// hear them.
+fn supports_sharded_pubsub(map: &Map) -> Result<bool> {
+    let pool = &map.masters[0];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conn = pool.get_by(deadline)?;
+    match redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .query::<Value>(&mut *conn)
+    {
+        Ok(_) => Ok(true),
+        Err(err) if err.code().is_some() => Ok(false),
+        Err(source) => {
+            conn.discard();
+            Err(Error::Connect { source })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_split_into_host_and_port() {
+        assert_eq!(split_addr("127.0.0.1:30001"), Some(("127.0.0.1", 30001)));
+        assert_eq!(split_addr("[::1]:7000"), Some(("::1", 7000)));
+        assert_eq!(split_addr("nohost"), None);
+    }
+
+    #[test]
+    fn cluster_slots_replies_are_read() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(5460),
+            node("127.0.0.1", 30001),
+            node("127.0.0.1", 30004),
+        ])]);
+        let ranges = parse_cluster_slots(reply).unwrap();
+        assert_eq!(ranges.len(), 1);
+        assert_eq!((ranges[0].start, ranges[0].end), (0, 5460));
+        assert_eq!(
+            (ranges[0].host.as_str(), ranges[0].port),
+            ("127.0.0.1", 30001)
+        );
+        assert_eq!(ranges[0].replicas, 1);
+        assert!(parse_cluster_slots(Value::Int(1)).is_none());
+    }
+}

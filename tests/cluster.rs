@@ -1,0 +1,340 @@
+//! Locks on a real Redis Cluster (3 masters + 3 replicas, Debian's redis-server): routing by
+//! slot, sharded pub/sub both ways with Redisson's scripts, renewals per master, one listener
+//! per master, a failover, a killed master and a resharding while locks are held.
+//!
+//! One cluster per test: the tests that break it (failover, kill, reshard) must not disturb
+//! the others, and a cluster starts in a few seconds.
+
+mod support;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use redis_lock::{Lease, LockManager};
+use support::cluster::RedisCluster;
+
+/// The lease of the tests that kill or fail over a master: long enough that the lease left
+/// after the last renewal before the kill (two thirds of it) outlasts the failover (node
+/// timeout 2 s plus the election).
+const FAILOVER_LEASE: Duration = Duration::from_secs(9);
+
+fn manager(cluster: &RedisCluster) -> LockManager {
+    manager_with_lease(cluster, Duration::from_secs(3))
+}
+
+fn manager_with_lease(cluster: &RedisCluster, lease: Duration) -> LockManager {
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    LockManager::cluster_builder(&seeds)
+        .watchdog_timeout(lease)
+        .build()
+        .expect("a manager on the cluster")
+}
+
+fn conn(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .expect("client")
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connection to a cluster node")
+}
+
+/// A name whose slot a master other than `not_on` serves (to spread locks over masters).
+fn name_on(cluster: &RedisCluster, master: u16, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|name| cluster.master_for_slot(RedisCluster::slot_of(name)) == master)
+        .expect("a name on that master")
+}
+
+#[test]
+fn locks_live_on_their_slots_master_and_each_master_has_one_listener() {
+    let cluster = RedisCluster::start();
+    let manager = manager(&cluster);
+    for master in cluster.master_ports() {
+        let name = name_on(&cluster, master, "routed");
+        let guard = manager.lock(&name).expect("lock");
+        let again = manager.lock(&name).expect("re-entered");
+        let on_master: bool = redis::cmd("EXISTS")
+            .arg(&name)
+            .query(&mut conn(master))
+            .expect("EXISTS");
+        assert!(on_master, "{name} is not on its slot's master {master}");
+        assert_eq!(guard.lock().hold_count().expect("hold count"), 2);
+        drop(again);
+        guard.unlock().expect("unlock");
+        assert!(!manager.get_lock(&name).is_locked().expect("is_locked"));
+    }
+    assert_eq!(manager.listener_count(), 3, "one listener per master");
+
+    // The URL form reaches the same cluster.
+    let url = format!(
+        "redis-cluster://{}",
+        cluster
+            .master_ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let by_url = LockManager::new(&url).expect("manager from a redis-cluster:// URL");
+    let guard = by_url.lock("by-url").expect("lock");
+    assert!(manager.get_lock("by-url").is_locked().expect("is_locked"));
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn waiters_on_every_master_are_woken_by_sharded_pub_sub() {
+    let cluster = RedisCluster::start();
+    let holder = manager(&cluster);
+    let waiter = manager(&cluster);
+    let names: Vec<String> = cluster
+        .master_ports()
+        .into_iter()
+        .map(|master| name_on(&cluster, master, "woken"))
+        .collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|name| holder.lock(name).expect("lock"))
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    let threads: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let waiter = waiter.clone();
+            let name = name.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let got = waiter
+                    .try_lock(&name, Duration::from_secs(20))
+                    .expect("try_lock");
+                tx.send(Instant::now()).expect("report");
+                got.expect("acquired").unlock().expect("unlock");
+            })
+        })
+        .collect();
+    assert!(
+        support::eventually(Duration::from_secs(10), || waiter.waiting_channel_count()
+            == 3),
+        "the three waiters are waiting"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    // Leases are 3 s: a waiter woken within 2 s of the unlock heard it.
+    for guard in guards {
+        guard.unlock().expect("unlock");
+    }
+    let released = Instant::now();
+    for _ in 0..3 {
+        let at = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a waiter got in");
+        assert!(
+            at.saturating_duration_since(released) < Duration::from_secs(2),
+            "a waiter was not woken by the unlock"
+        );
+    }
+    for thread in threads {
+        thread.join().expect("waiter");
+    }
+    assert!(waiter.stats().wakeups >= 3, "{:?}", waiter.stats());
+    assert_eq!(waiter.listener_count(), 3);
+}
+
+/// Redisson's own unlock script, as it runs on a Redis 7 cluster (`SPUBLISH`).
+const REDISSON_UNLOCK: &str = r#"
+local val = redis.call('get', KEYS[3]);
+if val ~= false then return tonumber(val); end;
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+if (counter > 0) then
+  redis.call('pexpire', KEYS[1], ARGV[2]);
+  redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
+  return 0;
+else
+  redis.call('del', KEYS[1]);
+  redis.call(ARGV[4], KEYS[2], ARGV[1]);
+  redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
+  return 1;
+end;
+"#;
+
+#[test]
+fn redisson_and_this_crate_wake_each_other_through_spublish() {
+    let cluster = RedisCluster::start();
+    let manager = manager(&cluster);
+    let name = "interop";
+    let master = cluster.master_for_slot(RedisCluster::slot_of(name));
+    let mut node = conn(master);
+
+    // A Java holder (its hash field), released by Redisson's script with SPUBLISH.
+    let java = "a8f1e6d4-0000-4000-8000-000000000001:1";
+    let _: () = redis::cmd("HSET")
+        .arg(name)
+        .arg(java)
+        .arg(1)
+        .query(&mut node)
+        .expect("HSET");
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(name)
+        .arg(30_000)
+        .query(&mut node)
+        .expect("PEXPIRE");
+    let waiter = {
+        let manager = manager.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let got = manager
+                .try_lock(name, Duration::from_secs(20))
+                .expect("try_lock");
+            (got.map(|g| g.unlock()), started.elapsed())
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.waiting_channel_count() == 1
+    }));
+    std::thread::sleep(Duration::from_millis(200));
+    let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
+        .key(name)
+        .key(format!("redisson_lock__channel:{{{name}}}"))
+        .key(format!("redisson_unlock_latch:{{{name}}}:req1"))
+        .arg(0)
+        .arg(30_000)
+        .arg(java)
+        .arg("spublish")
+        .arg(5_000)
+        .invoke(&mut node)
+        .expect("Redisson's unlock");
+    assert_eq!(released, Some(1));
+    let (unlocked, waited) = waiter.join().expect("waiter");
+    unlocked.expect("acquired").expect("unlock");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by SPUBLISH, not by the 30 s lease: {waited:?}"
+    );
+
+    // The reverse: a sharded subscriber on the slot's master hears this crate's unlock.
+    let mut listener = redis::Client::open(format!("redis://127.0.0.1:{master}/?protocol=resp3"))
+        .expect("client")
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("RESP3 connection");
+    listener
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    listener
+        .send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())
+        .expect("SSUBSCRIBE");
+    let guard = manager.lock(name).expect("lock");
+    guard.unlock().expect("unlock");
+    let heard = (0..5).find_map(|_| match listener.recv_response() {
+        Ok(redis::Value::Push { kind, data }) if kind == redis::PushKind::SMessage => Some(data),
+        _ => None,
+    });
+    let data = heard.expect("the unlock was announced with SPUBLISH");
+    assert_eq!(data[1], redis::Value::BulkString(b"0".to_vec()));
+}
+
+#[test]
+fn renewals_take_one_pipeline_per_master_and_holds_survive_a_failover() {
+    let cluster = RedisCluster::start();
+    let manager = manager(&cluster);
+    // Ten holds on each master.
+    let mut guards = Vec::new();
+    for master in cluster.master_ports() {
+        for i in 0..10 {
+            let name = name_on(&cluster, master, &format!("renewed{i}"));
+            guards.push(manager.lock(&name).expect("lock"));
+        }
+    }
+    let before = manager.stats();
+    std::thread::sleep(Duration::from_millis(3_500)); // more than a lease (3 s)
+    let after = manager.stats();
+    let sweeps = after.renewal_sweeps - before.renewal_sweeps;
+    let trips = after.round_trips - before.round_trips;
+    assert!(sweeps >= 1, "{after:?}");
+    assert!(
+        trips <= sweeps * 3 + 2,
+        "{trips} round trips for {sweeps} sweeps over 3 masters"
+    );
+    assert!(guards.iter().all(|g| !g.is_lost()));
+
+    drop(guards);
+    // A waiter on the lock whose master fails over, held meanwhile.
+    let manager = manager_with_lease(&cluster, FAILOVER_LEASE);
+    let mut guards: Vec<_> = cluster
+        .master_ports()
+        .into_iter()
+        .map(|master| {
+            manager
+                .lock(&name_on(&cluster, master, "failover"))
+                .expect("lock")
+        })
+        .collect();
+    let failing = cluster.master_ports()[0];
+    let held = guards.swap_remove(0);
+    assert_eq!(
+        cluster.master_for_slot(RedisCluster::slot_of(held.name())),
+        failing
+    );
+    let name = held.name().to_owned();
+    let waiter = {
+        let manager = manager.clone();
+        let name = name.clone();
+        std::thread::spawn(move || {
+            manager
+                .try_lock(&name, Duration::from_secs(40))
+                .map(|g| g.map(|g| g.unlock()))
+        })
+    };
+    cluster.failover(cluster.replica_of(failing));
+    assert!(
+        support::eventually(Duration::from_secs(20), || {
+            cluster.master_for_slot(RedisCluster::slot_of(&name)) != failing
+        }),
+        "the replica took over"
+    );
+    std::thread::sleep(FAILOVER_LEASE + Duration::from_secs(1)); // renewed on the new master
+    assert!(!held.is_lost(), "the hold survived the failover");
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    held.unlock().expect("unlock on the new master");
+    waiter
+        .join()
+        .expect("waiter")
+        .expect("try_lock")
+        .expect("acquired after the failover")
+        .expect("unlock");
+    // New locks on that slot go to the new master.
+    let guard = manager.lock(&name).expect("lock after the failover");
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn a_killed_masters_holds_live_on_in_its_replica() {
+    let cluster = RedisCluster::start();
+    let manager = manager_with_lease(&cluster, FAILOVER_LEASE);
+    let master = cluster.master_ports()[1];
+    let name = name_on(&cluster, master, "killed");
+    // Replica sync (on by default) made sure the replica has the hold.
+    let held = manager.lock(&name).expect("lock");
+    let lost = held.lost_signal();
+    cluster.kill(master);
+    let promoted = cluster.wait_for_new_master_of_slot(RedisCluster::slot_of(&name), master);
+    assert_ne!(promoted, master);
+    // A lease and more later, the watchdog renewed it on the new master.
+    std::thread::sleep(FAILOVER_LEASE + Duration::from_secs(1));
+    assert!(lost.try_recv().is_err(), "the lost signal fired");
+    assert!(!held.is_lost());
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg(&name)
+        .query(&mut conn(promoted))
+        .expect("EXISTS");
+    assert!(on_new);
+    held.unlock().expect("unlock on the promoted replica");
+    let other = manager
+        .acquire(
+            &name,
+            redis_lock::AcquireOptions::new().lease(Lease::Fixed(Duration::from_secs(5))),
+        )
+        .expect("acquire")
+        .expect("free");
+    other.unlock().expect("unlock");
+}

@@ -1,0 +1,122 @@
+//! Replica acknowledgement (`LockManagerBuilder::replica_sync`) on a single master with a
+//! real replica: acquires wait for it, and an acquire no replica acknowledged is rolled back
+//! and reported, leaving nothing behind.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_lock::LockManager;
+use support::RedisServer;
+
+/// A master and one replica that has caught up with it.
+fn master_with_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.conn())
+            .expect("INFO on the replica");
+        let linked = info.contains("master_link_status:up");
+        let counted: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut master.conn())
+            .expect("INFO on the master");
+        if linked && counted.contains("connected_slaves:1") {
+            return (master, replica);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never linked:\n{info}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn acquires_wait_for_the_replica_and_are_rolled_back_without_it() {
+    let (master, replica) = master_with_replica();
+    let manager = LockManager::builder(&master.url())
+        .replica_sync_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager");
+
+    // With the replica up, the lock is on the replica as soon as lock() returns.
+    let guard = manager.lock("replicated").expect("lock");
+    let on_replica: bool = redis::cmd("EXISTS")
+        .arg("replicated")
+        .query(&mut replica.conn())
+        .expect("EXISTS on the replica");
+    assert!(
+        on_replica,
+        "lock() returned before the replica had the lock"
+    );
+    let before = manager.stats().commands;
+    guard.unlock().expect("unlock");
+    assert!(
+        manager.stats().commands >= before + 2,
+        "the release was not followed by WAIT"
+    );
+
+    // A frozen replica acknowledges nothing: the acquire fails, and nothing is left.
+    replica.freeze();
+    let started = Instant::now();
+    let err = manager.lock("unreplicated").unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    assert!(err.to_string().contains("rolled back"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let left: bool = redis::cmd("EXISTS")
+        .arg("unreplicated")
+        .query(&mut master.conn())
+        .expect("EXISTS on the master");
+    assert!(!left, "the unreplicated acquire was left in place");
+    // A hold taken before is not touched by the failed call.
+    replica.thaw();
+    let held = manager
+        .lock("held-before")
+        .expect("lock with the replica back");
+    replica.freeze();
+    let err = manager.lock("held-before").unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    assert_eq!(held.lock().hold_count().expect("hold count"), 1);
+    replica.thaw();
+    held.unlock().expect("unlock");
+
+    // Without replica sync, nobody waits for the replica.
+    let unsynced = LockManager::builder(&master.url())
+        .replica_sync(false)
+        .build()
+        .expect("manager");
+    replica.freeze();
+    let guard = unsynced
+        .lock("not-waiting")
+        .expect("lock without replica sync");
+    guard.unlock().expect("unlock");
+    replica.thaw();
+}
+
+#[test]
+fn a_master_without_replicas_sends_no_wait() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).expect("manager");
+    support::await_listener(&mut server.conn(), &manager);
+    let before = manager.stats();
+    manager
+        .lock("alone")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let after = manager.stats();
+    assert_eq!(
+        after.commands - before.commands,
+        2,
+        "one acquire and one release only"
+    );
+}

@@ -1,0 +1,134 @@
+//! Locks on a real Sentinel deployment (1 master + 2 replicas + 3 sentinels, Debian's
+//! redis-server): the master found through the sentinels, followed through a failover with
+//! holds renewed on the new master, waiters woken there, and replica acknowledgement.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_lock::LockManager;
+use support::sentinel::RedisSentinel;
+
+fn manager(sentinel: &RedisSentinel) -> LockManager {
+    let urls = sentinel.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    LockManager::sentinel_builder(&urls, sentinel.master_name())
+        // Two thirds of it must outlast the failover (down-after 1 s plus the election).
+        .watchdog_timeout(Duration::from_secs(9))
+        .build()
+        .expect("a manager through the sentinels")
+}
+
+fn conn(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .expect("client")
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connection")
+}
+
+#[test]
+fn the_master_is_followed_through_a_failover() {
+    let sentinel = RedisSentinel::start();
+    let manager = manager(&sentinel);
+    let master = sentinel.master_port();
+
+    // The URL form (Lettuce's) finds the same master.
+    let url = format!(
+        "redis-sentinel://{}/0#{}",
+        sentinel
+            .sentinel_urls()
+            .iter()
+            .map(|u| u
+                .trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_owned())
+            .collect::<Vec<_>>()
+            .join(","),
+        sentinel.master_name()
+    );
+    let by_url = LockManager::new(&url).expect("manager from a redis-sentinel:// URL");
+
+    let held = manager.lock("followed").expect("lock");
+    let on_master: bool = redis::cmd("EXISTS")
+        .arg("followed")
+        .query(&mut conn(master))
+        .expect("EXISTS");
+    assert!(on_master);
+    assert!(by_url.get_lock("followed").is_locked().expect("is_locked"));
+    let lost = held.lost_signal();
+    let waiter = {
+        let by_url = by_url.clone();
+        std::thread::spawn(move || {
+            by_url
+                .try_lock("followed", Duration::from_secs(60))
+                .map(|g| g.map(|g| g.unlock()))
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        by_url.waiting_channel_count() == 1
+    }));
+
+    let old = sentinel.kill_master();
+    let promoted = sentinel.wait_for_failover(old);
+    assert_ne!(promoted, old);
+    // More than a lease after the failover, the hold is still renewed: on the new master.
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(
+        lost.try_recv().is_err(),
+        "the hold was lost in the failover"
+    );
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("followed")
+        .query(&mut conn(promoted))
+        .expect("EXISTS");
+    assert!(on_new, "the hold is on the new master");
+    let released = Instant::now();
+    held.unlock().expect("unlock on the new master");
+    waiter
+        .join()
+        .expect("waiter")
+        .expect("try_lock")
+        .expect("acquired after the failover")
+        .expect("unlock");
+    assert!(released.elapsed() < Duration::from_secs(30));
+    let guard = manager.lock("after").expect("lock on the new master");
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn acquires_fail_and_leave_nothing_when_no_replica_acknowledges() {
+    let sentinel = RedisSentinel::start();
+    let manager = LockManager::sentinel_builder(
+        &sentinel
+            .sentinel_urls()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        sentinel.master_name(),
+    )
+    .replica_sync_timeout(Duration::from_millis(300))
+    .build()
+    .expect("manager");
+    let replicas = sentinel.replica_ports();
+    manager
+        .lock("synced")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+
+    for &replica in &replicas {
+        sentinel.pause(replica);
+    }
+    let err = manager.lock("unsynced").unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    let left: bool = redis::cmd("EXISTS")
+        .arg("unsynced")
+        .query(&mut conn(sentinel.master_port()))
+        .expect("EXISTS");
+    assert!(!left, "the unacknowledged acquire was rolled back");
+    // One replica back is enough.
+    sentinel.resume(replicas[0]);
+    let guard = manager.lock("unsynced").expect("lock with one replica");
+    guard.unlock().expect("unlock");
+    sentinel.resume(replicas[1]);
+}

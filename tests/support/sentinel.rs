@@ -1,0 +1,224 @@
+//! A real Sentinel deployment for tests: one master and two replicas of Debian's
+//! `redis-server`, watched by three sentinels (`redis-server sentinel.conf --sentinel`, a
+//! fresh writable configuration each, quorum 2, down-after 1000 ms). Killed with the value.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{free_port, RedisServer};
+
+const MASTER_NAME: &str = "mymaster";
+/// How long the deployment may take to settle or to fail over.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct RedisSentinel {
+    /// Master and replicas by port; a killed one is gone from here.
+    servers: Mutex<HashMap<u16, RedisServer>>,
+    sentinels: Vec<(Child, u16)>,
+    _dir: tempfile::TempDir,
+}
+
+fn conn(port: u16) -> Option<redis::Connection> {
+    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .ok()?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    Some(conn)
+}
+
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < SETTLE_TIMEOUT,
+            "the deployment never {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn master_of(sentinel: u16) -> Option<u16> {
+    let (_, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(MASTER_NAME)
+        .query(&mut conn(sentinel)?)
+        .ok()?;
+    Some(port)
+}
+
+fn role_is_master(port: u16) -> bool {
+    conn(port)
+        .and_then(|mut c| {
+            redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut c)
+                .ok()
+        })
+        .is_some_and(|info| info.contains("role:master"))
+}
+
+impl RedisSentinel {
+    /// Starts the master, two replicas in sync with it, and three sentinels that know all
+    /// three.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let master_port = master.port().to_string();
+        let replicas: Vec<RedisServer> = (0..2)
+            .map(|_| RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]))
+            .collect();
+        for replica in &replicas {
+            let port = replica.port();
+            wait_for("synced a replica", || {
+                conn(port)
+                    .and_then(|mut c| {
+                        redis::cmd("INFO")
+                            .arg("replication")
+                            .query::<String>(&mut c)
+                            .ok()
+                    })
+                    .is_some_and(|info| info.contains("master_link_status:up"))
+            });
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("redis-lock-sentinel-")
+            .tempdir()
+            .expect("temp dir");
+        let mut sentinels = Vec::new();
+        for i in 0..3 {
+            let port = free_port();
+            let conf = dir.path().join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 5000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    dir = dir.path().display()
+                ),
+            )
+            .expect("sentinel.conf");
+            let log =
+                std::fs::File::create(dir.path().join(format!("sentinel-{i}.log"))).expect("log");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run redis-server --sentinel");
+            sentinels.push((child, port));
+        }
+        let mut servers: HashMap<u16, RedisServer> =
+            replicas.into_iter().map(|s| (s.port(), s)).collect();
+        servers.insert(master.port(), master);
+        let deployment = RedisSentinel {
+            servers: Mutex::new(servers),
+            sentinels,
+            _dir: dir,
+        };
+        for &(_, port) in &deployment.sentinels {
+            wait_for("knew the master and both replicas", || {
+                let Some(mut c) = conn(port) else {
+                    return false;
+                };
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("replicas")
+                    .arg(MASTER_NAME)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                master_of(port).is_some() && replicas.len() == 2
+            });
+        }
+        deployment
+    }
+
+    /// `redis://127.0.0.1:<port>/` of each sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|(_, port)| format!("redis://127.0.0.1:{port}/"))
+            .collect()
+    }
+
+    pub fn master_name(&self) -> &str {
+        MASTER_NAME
+    }
+
+    /// The master's port, as the first sentinel that answers says.
+    pub fn master_port(&self) -> u16 {
+        self.sentinels
+            .iter()
+            .find_map(|&(_, port)| master_of(port))
+            .expect("a sentinel names the master")
+    }
+
+    /// The ports of the servers that are not the master now.
+    pub fn replica_ports(&self) -> Vec<u16> {
+        let master = self.master_port();
+        let mut ports: Vec<u16> = self
+            .servers
+            .lock()
+            .unwrap()
+            .keys()
+            .copied()
+            .filter(|&p| p != master)
+            .collect();
+        ports.sort_unstable();
+        ports
+    }
+
+    /// SIGKILL of the master; returns its port.
+    pub fn kill_master(&self) -> u16 {
+        let port = self.master_port();
+        if let Some(mut server) = self.servers.lock().unwrap().remove(&port) {
+            server.kill();
+        }
+        port
+    }
+
+    /// Waits until every sentinel names a master other than `old`, and that server says it
+    /// is a master; returns its port.
+    pub fn wait_for_failover(&self, old: u16) -> u16 {
+        let mut promoted = old;
+        wait_for("failed over", || {
+            let named: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|&(_, port)| master_of(port))
+                .collect();
+            match named.first().copied().flatten() {
+                Some(new) if new != old && named.iter().all(|n| *n == Some(new)) => {
+                    promoted = new;
+                    role_is_master(new)
+                }
+                _ => false,
+            }
+        });
+        promoted
+    }
+
+    /// SIGSTOP of a server.
+    pub fn pause(&self, port: u16) {
+        self.servers.lock().unwrap()[&port].freeze();
+    }
+
+    /// SIGCONT of a server.
+    pub fn resume(&self, port: u16) {
+        self.servers.lock().unwrap()[&port].thaw();
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
