@@ -262,6 +262,7 @@ mod counting;
 mod engine;
 mod error;
 mod fair_lock;
+mod fan_out;
 mod fork;
 mod guard;
 mod holds;
