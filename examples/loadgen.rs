@@ -253,9 +253,92 @@ fn w1_uncontended(url: &str, scale: &Scale) -> Vec<Row> {
 
 /// Redlock lock+unlock cycles over 5 masters (the run's server and 4 started here, all on
 /// this machine), against lock+unlock cycles on one of them, rounds alternating as in W1.
-/// A Redlock round tries every master at once on scoped threads, so its cycle is about the
-/// slowest master's plus the threads' start-up: the ratio shows that cost, not 5 round trips.
+/// A Redlock round tries every master at once on the process' fan-out workers (no thread is
+/// started per round), so its cycle is about the slowest master's plus the handoffs to the
+/// workers and back. With all five servers on this machine's cores, five masters also cost
+/// five times the CPU of one: the floor rows send the lock's two scripts raw to all five at
+/// once from one thread (every request written before any reply is read), against one master.
 fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
+    /// The lock's acquire and release scripts sent raw, at once, to every connection of
+    /// `conns`: each request is written to all before any reply is read.
+    struct RawMasters {
+        conns: Vec<redis::Connection>,
+        acquire: String,
+        release: String,
+        request: u64,
+        latch_prefix: String,
+    }
+    const KEY: &str = "loadgen:redlock:raw";
+    const OWNER: &str = "00000000-0000-0000-0000-000000000000:1";
+    impl RawMasters {
+        fn connect(urls: &[String]) -> Self {
+            let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+            let release = redis::Script::new(redis_lock::lua::RELEASE);
+            let conns = urls
+                .iter()
+                .map(|url| {
+                    let mut conn = support::nodelay_conn(url);
+                    acquire.load(&mut conn).expect("SCRIPT LOAD");
+                    release.load(&mut conn).expect("SCRIPT LOAD");
+                    conn
+                })
+                .collect();
+            RawMasters {
+                conns,
+                acquire: acquire.get_hash().to_owned(),
+                release: release.get_hash().to_owned(),
+                request: 0,
+                latch_prefix: format!(
+                    "redisson_unlock_latch:{{{KEY}}}:{}",
+                    uuid::Uuid::new_v4().simple()
+                ),
+            }
+        }
+
+        fn all_at_once(&mut self, packed: &[u8]) -> Vec<redis::Value> {
+            for conn in &mut self.conns {
+                conn.send_packed_command(packed).expect("raw send");
+            }
+            let conns = self.conns.iter_mut();
+            conns
+                .map(|conn| conn.recv_response().expect("raw reply"))
+                .collect()
+        }
+
+        fn cycle(&mut self) {
+            let acquire = redis::cmd("EVALSHA")
+                .arg(&self.acquire)
+                .arg(1)
+                .arg(KEY)
+                .arg(30_000)
+                .arg(OWNER)
+                .get_packed_command();
+            for reply in self.all_at_once(&acquire) {
+                assert_eq!(reply, redis::Value::Nil, "the raw lock is uncontended");
+            }
+            self.request += 1;
+            let release = redis::cmd("EVALSHA")
+                .arg(&self.release)
+                .arg(4)
+                .arg(KEY)
+                .arg(format!("redisson_lock__channel:{{{KEY}}}"))
+                .arg(format!("{}-{}", self.latch_prefix, self.request))
+                .arg(format!("{}-{}", self.latch_prefix, self.request - 1))
+                .arg("0")
+                .arg(30_000)
+                .arg(OWNER)
+                .arg("publish")
+                .arg(11_000)
+                .arg(0) // no listener of our own
+                .arg("") // no handoff
+                .arg(0)
+                .get_packed_command();
+            for reply in self.all_at_once(&release) {
+                assert_eq!(reply, redis::Value::Int(1), "the raw lock was held");
+            }
+        }
+    }
+
     let others: Vec<_> = (0..4).map(|_| support::RedisServer::start()).collect();
     let mut urls = vec![url.to_owned()];
     urls.extend(others.iter().map(support::RedisServer::url));
@@ -270,14 +353,16 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
             .collect(),
     );
     let single = managers[0].get_lock("loadgen:redlock:single");
-    let cycles = scale.w1_cycles / 5; // each cycle starts 10 threads: keep the run short
+    let mut raw_five = RawMasters::connect(&urls);
+    let mut raw_one = RawMasters::connect(&urls[..1]);
+    let cycles = scale.w1_cycles / 2;
     let rounds = 10;
-    let (mut red_samples, mut single_samples) = (Vec::new(), Vec::new());
+    let mut samples: [Vec<Duration>; 4] = Default::default();
     for _ in 0..rounds {
         for _ in 0..cycles / rounds {
             let start = Instant::now();
             single.lock().expect("lock").unlock().expect("unlock");
-            single_samples.push(start.elapsed());
+            samples[0].push(start.elapsed());
         }
         for _ in 0..cycles / rounds {
             let start = Instant::now();
@@ -289,17 +374,51 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
                 ));
             }
             guard.unlock().expect("unlock");
-            red_samples.push(start.elapsed());
+            samples[1].push(start.elapsed());
+        }
+        for _ in 0..cycles / rounds {
+            let start = Instant::now();
+            raw_one.cycle();
+            samples[2].push(start.elapsed());
+        }
+        for _ in 0..cycles / rounds {
+            let start = Instant::now();
+            raw_five.cycle();
+            samples[3].push(start.elapsed());
         }
     }
-    let red = percentiles(&mut red_samples);
-    let single = percentiles(&mut single_samples);
+    let [single, red, raw_one, raw_five] = samples.map(|mut s| percentiles(&mut s));
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    let workload = "Redlock over 5 masters";
     vec![
-        row("Redlock over 5 masters", "cycle p50", micros(red.p50)).against(
+        row(workload, "cycle p50, against one master's", micros(red.p50)).against(
             micros(single.p50),
-            red.p50.as_secs_f64() / single.p50.as_secs_f64(),
+            ratio(red.p50, single.p50),
+            "≤ 1.3",
+        ),
+        row(workload, "cycle p99, against one master's", micros(red.p99)).against(
+            micros(single.p99),
+            ratio(red.p99, single.p99),
             "",
         ),
+        row(
+            workload,
+            "floor: raw scripts to 5 at once p50, against to 1",
+            micros(raw_five.p50),
+        )
+        .against(micros(raw_one.p50), ratio(raw_five.p50, raw_one.p50), ""),
+        row(
+            workload,
+            "floor: raw scripts to 5 at once p99, against to 1",
+            micros(raw_five.p99),
+        )
+        .against(micros(raw_one.p99), ratio(raw_five.p99, raw_one.p99), ""),
+        row(
+            workload,
+            "cycle p50, against the raw floor to 5",
+            micros(red.p50),
+        )
+        .against(micros(raw_five.p50), ratio(red.p50, raw_five.p50), ""),
     ]
 }
 

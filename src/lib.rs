@@ -263,6 +263,7 @@ mod endpoints;
 mod engine;
 mod error;
 mod fair_lock;
+mod fan_out;
 mod fork;
 mod guard;
 mod holds;

@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::config::check_wait;
 use crate::error::{Error, Result};
+use crate::fan_out::{self, Task};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::{AcquireOptions, Lease};
@@ -29,9 +30,9 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// # How it acquires
 ///
 /// An acquisition runs in **rounds**. In a round every master is tried **at the same time**,
-/// one scoped thread each, with a single attempt (`try_lock(Duration::ZERO)`, no waiting on
-/// pub/sub), so a round lasts about one round trip to the slowest master (a master that
-/// does not answer holds it up to its manager's response timeout). The round wins
+/// each on a worker thread (see below), with a single attempt (`try_lock(Duration::ZERO)`,
+/// no waiting on pub/sub), so a round lasts about one round trip to the slowest master (a
+/// master that does not answer holds it up to its manager's response timeout). The round wins
 /// when at least N/2 + 1 masters granted the lock and the *validity* left is positive:
 ///
 /// validity = lease − time the round took − clock drift, with drift = lease × 1 % + 2 ms.
@@ -47,10 +48,22 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// retrying, also from [`lock`](Self::lock), which would otherwise wait
 /// forever through an outage.
 ///
-/// The holds belong to the helper threads' owner ids, not to the calling thread:
+/// # Threads and owners
+///
+/// No thread is started per round or per release. The attempts run on a small set of worker
+/// threads that every `RedLock` of the process shares: started on first use as rounds need
+/// them (as many as the most attempts and releases ever in flight at once, at most 16), then
+/// kept, asleep when idle, for the life of the process, however many locks there are. A
+/// release (of the guard, or of a lost round) runs one master's release on the calling thread
+/// and the others on the workers.
+///
+/// The holds belong to the workers' owner ids, not to the calling thread:
 /// [`Lock::is_held_by_current_thread`] is `false` for them and a second acquisition from the
 /// same thread does not re-enter, it waits like anyone else. The guard releases them from
-/// any thread.
+/// any thread. A worker is never given an attempt on a lock it holds through the same
+/// manager, nor on one it may hold (an attempt whose reply was lost or a release that failed,
+/// until that hold's lease has passed): its owner id would re-enter it, so two acquisitions
+/// in one process never share a hold.
 ///
 /// # What Redlock promises, and what it does not
 ///
@@ -161,44 +174,66 @@ impl RedLock {
     fn round(&self, lease: Lease) -> Result<Option<RedLockGuard>> {
         let options = AcquireOptions::new().wait(Duration::ZERO).lease(lease);
         let started = Instant::now();
-        let attempts: Vec<(Result<Option<LockGuard>>, u64)> = thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .locks
-                .iter()
-                .map(|lock| {
-                    scope.spawn(move || {
-                        // The thread number is the owner id of a hold this attempt may have
-                        // taken without its reply arriving: kept to release it.
-                        (lock.acquire(options), crate::owner::current_thread_number())
-                    })
+        let tasks = self
+            .locks
+            .iter()
+            .map(|lock| {
+                let attempting = lock.clone();
+                Task::attempt(lock, move || {
+                    // The thread number is the owner id of a hold this attempt may have taken
+                    // without its reply arriving: kept to release it.
+                    let attempt = attempting.acquire(options);
+                    (attempt, crate::owner::current_thread_number())
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().expect("an acquire attempt panicked"))
-                .collect()
-        });
+            })
+            .collect();
+        let attempts = fan_out::run_all(tasks);
         let elapsed = started.elapsed();
         let quorum = self.quorum();
         let mut members = Vec::with_capacity(self.locks.len());
+        let mut owners = Vec::with_capacity(self.locks.len());
         let mut missed = Vec::new();
         let mut first_error = None;
         let mut errors = 0;
-        for (lock, (attempt, thread)) in self.locks.iter().zip(attempts) {
+        for (lock, attempt) in self.locks.iter().zip(attempts) {
             match attempt {
-                Ok(Some(guard)) => members.push(guard),
-                Ok(None) => missed.push((lock, thread)),
-                Err(err) => {
+                Ok((Ok(Some(guard)), thread)) => {
+                    members.push(guard);
+                    owners.push(thread);
+                }
+                Ok((Ok(None), thread)) => missed.push(Missed {
+                    lock,
+                    thread,
+                    errored: false,
+                }),
+                Ok((Err(err), thread)) => {
                     errors += 1;
                     first_error.get_or_insert(err);
-                    missed.push((lock, thread));
+                    missed.push(Missed {
+                        lock,
+                        thread,
+                        errored: true,
+                    });
+                }
+                // No thread could run the attempt: nothing was sent.
+                Err(source) => {
+                    errors += 1;
+                    first_error.get_or_insert(Error::ThreadSpawn { source });
                 }
             }
         }
         let validity = validity(lease, elapsed, &members);
         if members.len() >= quorum && !validity.is_zero() {
+            // An attempt that errored may have left a hold, which expires with its lease.
+            for missed in &missed {
+                let until = missed
+                    .errored
+                    .then(|| hold_expiry(missed.lock, fixed(lease)));
+                fan_out::end_claim(missed.lock, missed.thread, until);
+            }
             return Ok(Some(RedLockGuard {
                 members,
+                owners,
                 quorum,
                 masters: self.locks.len(),
                 validity: match lease {
@@ -207,12 +242,21 @@ impl RedLock {
                 },
             }));
         }
-        release_everywhere(members, &missed);
+        release_everywhere(members, owners, &missed, lease);
         if errors > self.locks.len() / 2 {
             return Err(first_error.expect("errors were counted"));
         }
         Ok(None)
     }
+}
+
+/// A master whose attempt in a round took no guard.
+struct Missed<'a> {
+    lock: &'a Lock,
+    /// The thread the attempt ran on: the owner of a hold it may have taken.
+    thread: u64,
+    /// Whether it failed with an error (so may have taken the lock, its reply lost).
+    errored: bool,
 }
 
 impl fmt::Debug for RedLock {
@@ -240,23 +284,65 @@ fn validity(lease: Lease, elapsed: Duration, members: &[LockGuard]) -> Duration 
 /// Releases a lost round's holds, and the holds the missed attempts may have taken, on every
 /// master at once (a down master must not hold up the others). Failures are only logged:
 /// the holds expire with their lease anyway.
-fn release_everywhere(members: Vec<LockGuard>, missed: &[(&Lock, u64)]) {
-    thread::scope(|scope| {
-        for guard in members {
-            scope.spawn(move || {
-                if let Err(err) = guard.unlock() {
-                    log::debug!("redlock: releasing a losing round's hold failed: {err}");
-                }
-            });
-        }
-        for &(lock, thread) in missed {
-            scope.spawn(move || {
-                if let Err(err) = lock.release_hold_of_thread(thread) {
-                    log::debug!("redlock: releasing on a master that missed failed: {err}");
-                }
-            });
-        }
+fn release_everywhere(
+    members: Vec<LockGuard>,
+    owners: Vec<u64>,
+    missed: &[Missed<'_>],
+    lease: Lease,
+) {
+    let mut claims = Vec::with_capacity(members.len() + missed.len());
+    let mut tasks = Vec::with_capacity(members.len() + missed.len());
+    for (guard, thread) in members.into_iter().zip(owners) {
+        claims.push((guard.lock().clone(), thread, guard.lease(), false));
+        tasks.push(Task::anywhere(move || {
+            guard.unlock().inspect_err(|err| {
+                log::debug!("redlock: releasing a losing round's hold failed: {err}");
+            })
+        }));
+    }
+    for missed in missed {
+        let lock = missed.lock.clone();
+        let thread = missed.thread;
+        claims.push((lock.clone(), thread, fixed(lease), missed.errored));
+        tasks.push(Task::anywhere(move || {
+            lock.release_hold_of_thread(thread).inspect_err(|err| {
+                log::debug!("redlock: releasing on a master that missed failed: {err}");
+            })
+        }));
+    }
+    for ((lock, thread, fixed, errored), released) in
+        claims.into_iter().zip(fan_out::run_all(tasks))
+    {
+        // A hold may be left where the attempt errored (it may still run late) or the
+        // release did not get through.
+        let gone = !errored && released.is_ok_and(|released| is_gone(&released));
+        fan_out::end_claim(&lock, thread, (!gone).then(|| hold_expiry(&lock, fixed)));
+    }
+}
+
+/// Whether a release leaves nothing of the hold on Redis.
+fn is_gone(released: &Result<()>) -> bool {
+    match released {
+        Ok(()) => true,
+        Err(err) => err.is_not_held(),
+    }
+}
+
+/// When a hold of `lock` that nobody renews any more has surely expired on its master:
+/// a fixed `lease`, or the manager's watchdog timeout, from now, plus the drift margin.
+fn hold_expiry(lock: &Lock, fixed: Option<Duration>) -> Instant {
+    let lease = fixed.unwrap_or_else(|| {
+        Duration::from_millis(lock.manager().engine().config().watchdog_timeout_ms)
     });
+    Instant::now() + lease + lease / 100 + Duration::from_millis(2)
+}
+
+/// The fixed lease of `lease`; `None` for the watchdog's.
+fn fixed(lease: Lease) -> Option<Duration> {
+    match lease {
+        Lease::Fixed(lease) => Some(lease),
+        Lease::Watchdog => None,
+    }
 }
 
 /// A cheap varying number for the backoff (no `rand` dependency): the clock's nanoseconds
@@ -274,6 +360,8 @@ fn jitter(round: u64) -> u64 {
 pub struct RedLockGuard {
     /// The holds won, one per master that granted the lock.
     members: Vec<LockGuard>,
+    /// The thread number that owns each of them (a fan-out worker's, claimed for it).
+    owners: Vec<u64>,
     quorum: usize,
     masters: usize,
     /// The validity computed at acquisition, for a fixed lease.
@@ -342,30 +430,46 @@ impl RedLockGuard {
     /// Releases every hold and reports the first error; every master is tried (at once)
     /// whatever the others answer.
     pub fn unlock(mut self) -> Result<()> {
-        release_all(std::mem::take(&mut self.members))
+        release_all(
+            std::mem::take(&mut self.members),
+            std::mem::take(&mut self.owners),
+        )
     }
 }
 
-/// Releases `members` on their masters at once (a down master must not hold up the others)
-/// and reports the first error.
-fn release_all(members: Vec<LockGuard>) -> Result<()> {
-    let results: Vec<Result<()>> = thread::scope(|scope| {
-        let handles: Vec<_> = members
-            .into_iter()
-            .map(|guard| scope.spawn(move || guard.unlock()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| handle.join().expect("an unlock panicked"))
-            .collect()
-    });
+/// Releases `members` (held by the threads `owners`) on their masters at once (a down master
+/// must not hold up the others) and reports the first error.
+fn release_all(members: Vec<LockGuard>, owners: Vec<u64>) -> Result<()> {
+    let mut claims = Vec::with_capacity(members.len());
+    let tasks = members
+        .into_iter()
+        .zip(owners)
+        .map(|(guard, thread)| {
+            claims.push((guard.lock().clone(), thread, guard.lease()));
+            Task::anywhere(move || guard.unlock())
+        })
+        .collect();
+    let mut first = None;
+    for ((lock, thread, fixed), released) in claims.into_iter().zip(fan_out::run_all(tasks)) {
+        // A release never lacks a thread (the caller runs it if need be); kept for form.
+        let released = released.unwrap_or_else(|source| Err(Error::ThreadSpawn { source }));
+        let until = (!is_gone(&released)).then(|| hold_expiry(&lock, fixed));
+        fan_out::end_claim(&lock, thread, until);
+        if let Err(err) = released {
+            first.get_or_insert(err);
+        }
+    }
     // Every release has run; report the first failure.
-    results.into_iter().collect()
+    first.map_or(Ok(()), Err)
 }
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
-        if let Err(err) = release_all(std::mem::take(&mut self.members)) {
+        let (members, owners) = (
+            std::mem::take(&mut self.members),
+            std::mem::take(&mut self.owners),
+        );
+        if let Err(err) = release_all(members, owners) {
             log::warn!("releasing a redlock on drop failed: {err}");
         }
     }

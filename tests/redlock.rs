@@ -274,3 +274,117 @@ fn a_red_lock_with_watchdog_leases_is_renewed_past_them() -> Result<()> {
     guard.unlock()?;
     Ok(())
 }
+
+/// The owner fields of the lock `key` on `server`, with their hold counts.
+fn holders(server: &RedisServer, key: &str) -> std::collections::HashMap<String, i64> {
+    server.conn().hgetall(key).unwrap()
+}
+
+#[test]
+fn rounds_reuse_a_few_worker_threads_and_one_thread_locking_twice_does_not_re_enter() -> Result<()>
+{
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let managers: Vec<_> = servers
+        .iter()
+        .map(|s| manager(s, Duration::from_secs(30)))
+        .collect();
+    let red = red_lock(&managers, "red:reused");
+    let mut owners = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let guard = red.lock()?;
+        assert_eq!(guard.guards().len(), 3);
+        for (server, lock) in servers.iter().zip(red.locks()) {
+            let held = holders(server, "red:reused");
+            assert_eq!(held.len(), 1, "{held:?}");
+            assert_eq!(held.values().next(), Some(&1), "{held:?}");
+            owners.extend(held.into_keys());
+            // The holds are the workers', not this thread's.
+            assert!(!lock.is_held_by_current_thread()?);
+        }
+        // The same thread again: the workers that hold the lock are not asked to re-enter it.
+        assert!(red.try_lock(Duration::ZERO)?.is_none());
+        for server in &servers {
+            let held = holders(server, "red:reused");
+            assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
+        }
+        guard.unlock()?;
+        for server in &servers {
+            assert!(!key_exists(server, "red:reused"));
+        }
+    }
+    // 60 holds taken by at most the 16 workers of the process: no thread per attempt.
+    assert!(owners.len() <= 16, "{} owners: {owners:?}", owners.len());
+    Ok(())
+}
+
+#[test]
+fn threads_of_one_process_sharing_a_red_lock_exclude_each_other() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let managers: Vec<_> = servers
+        .iter()
+        .map(|s| manager(s, Duration::from_secs(30)))
+        .collect();
+    let red = red_lock(&managers, "red:shared");
+    let inside = AtomicBool::new(false);
+    let sections = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..10 {
+                    let guard = red.lock().expect("lock");
+                    assert!(guard.guards().len() >= 2, "a quorum of 3");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    std::thread::sleep(Duration::from_millis(2));
+                    inside.store(false, Ordering::SeqCst);
+                    sections.fetch_add(1, Ordering::SeqCst);
+                    guard.unlock().expect("unlock");
+                }
+            });
+        }
+    });
+    assert_eq!(sections.load(Ordering::SeqCst), 40);
+    for server in &servers {
+        assert!(!key_exists(server, "red:shared"));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_worker_whose_attempt_timed_out_is_kept_off_that_lock_while_its_hold_may_live() -> Result<()> {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let managers: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            LockManager::builder(&s.url())
+                .response_timeout(Duration::from_millis(300))
+                .connect_timeout(Duration::from_millis(300))
+                .build()
+                .expect("manager")
+        })
+        .collect();
+    let red = red_lock(&managers, "red:late");
+    let lease = Duration::from_secs(3);
+    servers[2].freeze();
+    let guard = red
+        .try_lock_with_lease(Duration::ZERO, lease)?
+        .expect("2 of 3 answered");
+    assert_eq!(guard.guards().len(), 2);
+    // The frozen master runs the attempt once thawed: a hold nobody has a guard for, owned
+    // by the worker that sent it.
+    servers[2].thaw();
+    assert!(support::eventually(Duration::from_secs(2), || key_exists(
+        &servers[2],
+        "red:late"
+    )));
+    guard.unlock()?;
+    // That worker would re-enter its own hold: another one tries that master, and is refused.
+    let again = red
+        .try_lock_with_lease(Duration::ZERO, lease)?
+        .expect("the two others are free");
+    assert_eq!(again.guards().len(), 2);
+    let held = holders(&servers[2], "red:late");
+    assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
+    again.unlock()?;
+    Ok(())
+}
