@@ -7,8 +7,9 @@
 //! and a Rust service can share one lock.
 //!
 //! There is no async runtime: every call blocks the calling thread, and the crate runs two
-//! background threads per [`LockManager`] whatever the number of locks ([`RedLock`] adds
-//! short-lived threads while it acquires and releases, and one per process once a
+//! background threads per [`LockManager`] on one server or Sentinel (on a cluster, a listener
+//! per master) whatever the number of locks ([`RedLock`] adds a process-wide set of at most
+//! 16 worker threads, started on first use, and one thread per process once a
 //! [`RedLockGuard::lost_signal`] is asked for).
 //!
 //! # Usage

@@ -370,12 +370,12 @@ impl Listener<'_> {
                     wake.apply(&waiters);
                 }
             }
-            PushKind::Subscribe | PushKind::SSubscribe => {
-                if self.pending.remove(&channel).is_some() {
-                    self.shared.subscribed.lock().insert(channel.clone());
-                    if let Some(waiters) = self.shared.waiters(&channel) {
-                        waiters.mark_subscribed();
-                    }
+            PushKind::Subscribe | PushKind::SSubscribe
+                if self.pending.remove(&channel).is_some() =>
+            {
+                self.shared.subscribed.lock().insert(channel.clone());
+                if let Some(waiters) = self.shared.waiters(&channel) {
+                    waiters.mark_subscribed();
                 }
             }
             PushKind::SUnsubscribe if self.mine.contains(&channel) => {

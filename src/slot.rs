@@ -11,7 +11,7 @@ pub(crate) const SLOTS: usize = 16384;
 
 /// The slot `key` hashes to.
 pub(crate) fn of(key: &[u8]) -> u16 {
-    (crc16(hash_tag(key).unwrap_or(key)) % SLOTS as u16) as u16
+    crc16(hash_tag(key).unwrap_or(key)) % SLOTS as u16
 }
 
 /// The part of `key` between the first `{` and the first `}` after it, when not empty.

@@ -384,16 +384,22 @@ impl LockStore {
         budget: Duration,
     ) -> Vec<Option<bool>> {
         let hash = self.scripts.renew.get_hash();
-        self.per_master(batch, budget, RENEW_KEYS_PER_CALL, &self.scripts.renew, |pipe, chunk| {
-            let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len());
-            for (key, _) in chunk {
-                call.arg(*key);
-            }
-            call.arg(timeout_ms);
-            for (_, owner) in chunk {
-                call.arg(*owner);
-            }
-        })
+        self.per_master(
+            batch,
+            budget,
+            RENEW_KEYS_PER_CALL,
+            &self.scripts.renew,
+            |pipe, chunk| {
+                let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len());
+                for (key, _) in chunk {
+                    call.arg(*key);
+                }
+                call.arg(timeout_ms);
+                for (_, owner) in chunk {
+                    call.arg(*owner);
+                }
+            },
+        )
     }
 
     /// Renews the entries of `batch` with one pipeline per master, the masters one after
@@ -451,11 +457,16 @@ impl LockStore {
                 start = end;
             }
             let reply = self.run_on(&pool, "renew", calls, deadline, false, &|conn| {
-                query_loading(conn, script, |conn| pipe.query(conn))
+                let replies = query_loading(conn, script, |conn| {
+                    query_pipeline_by(conn, &pipe, calls, deadline, self.response_timeout)
+                })?;
+                replies
+                    .into_iter()
+                    .map(|reply| redis::from_redis_value::<Vec<i64>>(reply).map_err(Into::into))
+                    .collect::<RedisResult<Vec<Vec<i64>>>>()
             });
             match reply {
                 Ok(replies) => {
-                    let replies: Vec<Vec<i64>> = replies;
                     let flat: Vec<i64> = replies.into_iter().flatten().collect();
                     if flat.len() != entries.len() {
                         // A reply that does not match the request must not mark holds lost.
@@ -860,6 +871,54 @@ impl Error {
             },
             other => other,
         }
+    }
+}
+
+/// Sends `pipe` (`replies` commands) and reads the replies one by one, each within what is
+/// left until `deadline` (and one response timeout), and stops at `deadline`: a renewal of
+/// thousands of locks is one pipeline per master, and the server answers only once it has run
+/// them all, so a share of the time per reply (as `LockStore::call` gives) would be too short
+/// for the first, while a paused server must not hold the watchdog past the leases. An error
+/// reply is returned after all replies were read, so the connection stays usable; a timeout
+/// leaves it in an unknown state, and the caller discards it.
+fn query_pipeline_by(
+    conn: &mut Connection,
+    pipe: &redis::Pipeline,
+    replies: u64,
+    deadline: Instant,
+    response_timeout: Duration,
+) -> RedisResult<Vec<redis::Value>> {
+    let timed_out = || {
+        RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the pipeline's replies did not all come in time",
+        ))
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(timed_out());
+    }
+    conn.set_read_timeout(Some(left.min(response_timeout)))?;
+    conn.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut values = Vec::with_capacity(usize::try_from(replies).unwrap_or(0));
+    let mut first_error = None;
+    for _ in 0..replies {
+        match conn.recv_response()? {
+            redis::Value::ServerError(err) => {
+                first_error.get_or_insert(RedisError::from(err));
+                values.push(redis::Value::Nil);
+            }
+            value => values.push(value),
+        }
+        if Instant::now() > deadline {
+            return Err(timed_out());
+        }
+    }
+    // The connection goes back to the pool with the timeout every call expects.
+    conn.set_read_timeout(Some(response_timeout))?;
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(values),
     }
 }
 

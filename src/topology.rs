@@ -463,10 +463,9 @@ impl Topology {
                         ),
                     )
                 })?;
-                let mut cmd = redis::cmd("SENTINEL");
-                cmd.arg("replicas").arg(master_name);
-                let replicas = count_healthy_replicas(&query(&mut conn, &cmd)?);
-                // A sentinel may not have seen a failover yet: the master must agree.
+                // A sentinel may not have seen a failover yet: the master must agree. Its
+                // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
+                // counts (a sentinel's own list lags behind).
                 let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
                 let role: Value =
                     redis::cmd("ROLE")
@@ -477,6 +476,10 @@ impl Topology {
                         })?;
                 match role {
                     Value::Array(items) if is_bulk(items.first(), "master") => {
+                        let replicas = match items.get(2) {
+                            Some(Value::Array(replicas)) => replicas.len(),
+                            _ => 0,
+                        };
                         Ok((host, port, replicas))
                     }
                     _ => Err(Error::Redis {
@@ -543,36 +546,6 @@ fn parse_cluster_slots(reply: Value) -> Option<Vec<SlotRange>> {
         });
     }
     Some(ranges)
-}
-
-/// Replicas in a `SENTINEL replicas` reply not flagged down or disconnected.
-fn count_healthy_replicas(reply: &Value) -> usize {
-    let Value::Array(replicas) = reply else {
-        return 0;
-    };
-    replicas
-        .iter()
-        .filter(|replica| {
-            let fields: Vec<String> = match replica {
-                Value::Array(items) => items
-                    .iter()
-                    .map(|v| redis::from_redis_value_ref::<String>(v).unwrap_or_default())
-                    .collect(),
-                Value::Map(pairs) => pairs
-                    .iter()
-                    .flat_map(|(k, v)| [k, v])
-                    .map(|v| redis::from_redis_value_ref::<String>(v).unwrap_or_default())
-                    .collect(),
-                _ => return false,
-            };
-            let flags = fields
-                .chunks(2)
-                .find(|pair| pair[0] == "flags")
-                .and_then(|pair| pair.get(1).cloned())
-                .unwrap_or_default();
-            !flags.contains("down") && !flags.contains("disconnected")
-        })
-        .count()
 }
 
 fn is_bulk(value: Option<&Value>, text: &str) -> bool {

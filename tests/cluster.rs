@@ -226,7 +226,10 @@ fn redisson_and_this_crate_wake_each_other_through_spublish() {
     let guard = manager.lock(name).expect("lock");
     guard.unlock().expect("unlock");
     let heard = (0..5).find_map(|_| match listener.recv_response() {
-        Ok(redis::Value::Push { kind, data }) if kind == redis::PushKind::SMessage => Some(data),
+        Ok(redis::Value::Push {
+            kind: redis::PushKind::SMessage,
+            data,
+        }) => Some(data),
         _ => None,
     });
     let data = heard.expect("the unlock was announced with SPUBLISH");
