@@ -647,6 +647,10 @@ impl LockStore {
                     continue;
                 }
             } else if time_left && failed.means_topology_changed(self) {
+                // Waiting for a failover or a migration to end is progress, not a loop of
+                // redirections: a slot half-way through a migration answers TRYAGAIN (from
+                // its new owner, for a script whose keys are not all there yet) until it ends.
+                redirects = 0;
                 log::debug!(
                     "{operation} at {}: {failed:?}; finding the master again",
                     pool.addr()

@@ -341,3 +341,44 @@ fn a_killed_masters_holds_live_on_in_its_replica() {
         .expect("free");
     other.unlock().expect("unlock");
 }
+
+#[test]
+fn a_resharding_moves_a_held_lock_with_its_slot() {
+    let cluster = RedisCluster::start();
+    let manager = manager(&cluster);
+    let masters = cluster.master_ports();
+    let name = name_on(&cluster, masters[0], "resharded");
+    let slot = RedisCluster::slot_of(&name);
+    let held = manager.lock(&name).expect("lock");
+
+    // Half-way: the slot is migrating and its key is at the target already (ASK).
+    cluster.begin_reshard(slot, masters[1]);
+    let again = manager
+        .lock(&name)
+        .expect("re-entered while the slot migrates");
+    assert_eq!(again.lock().hold_count().expect("hold count"), 2);
+    // A release's script also names a latch key that does not exist yet, so the target
+    // answers TRYAGAIN until the migration ends: the unlock waits for that (within its
+    // response timeout) and takes effect once.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            cluster.finish_reshard(slot, masters[1]);
+        });
+        again
+            .unlock()
+            .expect("the unlock waits for the migration to end");
+    });
+    assert_eq!(cluster.master_for_slot(slot), masters[1]);
+    assert_eq!(held.lock().hold_count().expect("hold count"), 1);
+
+    std::thread::sleep(Duration::from_millis(3_500)); // renewed at the new owner (MOVED)
+    assert!(!held.is_lost());
+    held.unlock().expect("unlock after the resharding");
+    assert!(!manager.get_lock(&name).is_locked().expect("is_locked"));
+    let left: bool = redis::cmd("EXISTS")
+        .arg(&name)
+        .query(&mut conn(masters[1]))
+        .expect("EXISTS");
+    assert!(!left);
+}
