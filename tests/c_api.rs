@@ -184,3 +184,24 @@ fn the_api_tour_is_clean_under_address_leak_and_ub_sanitizers() {
     let output = run(&exe, &args, true);
     assert_clean_run(&output, "api_tour: 185 checks passed");
 }
+
+#[test]
+fn the_c_api_reaches_a_cluster_through_its_url_form() {
+    let cluster = support::cluster::RedisCluster::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile("any_deployment", Link::Shared, &[], out.path());
+    let url = format!(
+        "redis-cluster://{}",
+        cluster
+            .master_ports()
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let output = run(&exe, &[url, "c-on-a-cluster".into()], false);
+    assert_clean_run(
+        &output,
+        "any_deployment: c-on-a-cluster held 2 times, then free",
+    );
+}

@@ -717,3 +717,38 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
         Some(0)
     );
 }
+
+#[test]
+fn runs_on_a_cluster_through_its_url_form() {
+    let cluster = support::cluster::RedisCluster::start();
+    let url = format!(
+        "redis-cluster://{}",
+        cluster
+            .master_ports()
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let name = "cli-on-a-cluster";
+    let master = cluster.master_for_slot(support::cluster::RedisCluster::slot_of(name));
+    // While the command runs, the lock is on its slot's master.
+    let check = format!(
+        r#"[ "$REDIS_LOCK_FENCING_TOKEN" -gt 0 ] && [ "$(redis-cli -p {master} EXISTS {name})" = 1 ]"#
+    );
+    let out = output(redis_lock_at(
+        &url,
+        &["run", name, "--fenced", "--", "sh", "-c", &check],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let left: bool = redis::cmd("EXISTS")
+        .arg(name)
+        .query(
+            &mut redis::Client::open(format!("redis://127.0.0.1:{master}/"))
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(!left, "the run released the lock");
+}

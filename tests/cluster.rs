@@ -382,3 +382,44 @@ fn a_resharding_moves_a_held_lock_with_its_slot() {
         .expect("EXISTS");
     assert!(!left);
 }
+
+#[test]
+fn an_acquire_whose_reply_came_too_late_is_never_sent_again() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let manager = LockManager::cluster_builder(&seeds)
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager");
+    let master = cluster.master_ports()[2];
+    let name = name_on(&cluster, master, "once");
+    let held = manager.lock(&name).expect("lock");
+    // A paused master (well within the cluster's node timeout: no failover) answers nothing:
+    // the re-entrant acquire times out, and is not sent again (redis-rs' cluster client would
+    // send it up to 16 times, each one more hold).
+    cluster.pause(master);
+    let err = manager.lock(&name).unwrap_err();
+    cluster.resume(master);
+    assert!(err.is_timeout(), "{err}");
+    // The one request that was sent runs when the master wakes up: two holds, never more.
+    let count = || -> Vec<i64> {
+        let fields: Vec<(String, i64)> = redis::cmd("HGETALL")
+            .arg(&name)
+            .query(&mut conn(master))
+            .expect("HGETALL");
+        fields.into_iter().map(|(_, count)| count).collect()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || count() == vec![2]),
+        "{:?}",
+        count()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(), vec![2], "sent more than once");
+    drop(held);
+    manager
+        .get_lock(&name)
+        .force_unlock()
+        .expect("force unlock");
+}
