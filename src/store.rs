@@ -185,16 +185,6 @@ impl LockStore {
                     )
                     .map_err(|failed| failed.into_error(&store, "loading the lock scripts", ""))?;
             }
-            if !store.topology.follows_failovers() {
-                // One server: its replicas are counted once, here (Sentinel and Cluster count
-                // them at every discovery).
-                let replicas = store
-                    .run_on(pool, "counting replicas", 1, deadline(), false, &|conn| {
-                        connected_replicas(conn)
-                    })
-                    .map_err(|failed| failed.into_error(&store, "counting replicas", ""))?;
-                pool.set_replicas(replicas);
-            }
         }
         Ok(store)
     }

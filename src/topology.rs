@@ -320,6 +320,23 @@ impl Topology {
         match &self.discovery {
             Discovery::Server => {
                 let pool = reuse(self.nodes.template.clone())?;
+                // Counted once, here (a refresh is never needed for one server); a wrong
+                // address or password fails here too.
+                let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
+                let replicas = match redis::cmd("ROLE").query::<Value>(&mut *conn) {
+                    Ok(role) => replicas_of_role(&role).unwrap_or(0),
+                    Err(source) => match Error::from_command("connecting", "", source) {
+                        // A user without the right to ROLE (an ACL without @admin) can still
+                        // lock: replica sync is then off for this server.
+                        Error::Redis { source, .. } if source.code().is_some() => {
+                            log::info!("cannot count the server's replicas ({source}); acquires will not wait for replicas");
+                            0
+                        }
+                        err => return Err(err),
+                    },
+                };
+                drop(conn);
+                pool.set_replicas(replicas);
                 Ok(Map {
                     generation,
                     masters: vec![pool],
@@ -358,6 +375,16 @@ impl Topology {
                 Err(last_error.unwrap_or_else(|| Error::invalid("cluster node URLs", "none")))
             }
         }
+    }
+
+    /// How many replicas the master behind `pool` lists in its `ROLE` (`None` when it could
+    /// not be asked).
+    fn replicas_by_role(&self, pool: &Pool) -> Option<usize> {
+        let mut conn = pool
+            .get_by(Instant::now() + self.nodes.response_timeout)
+            .ok()?;
+        let role: Value = redis::cmd("ROLE").query(&mut *conn).ok()?;
+        replicas_of_role(&role)
     }
 
     /// `CLUSTER SLOTS` on one node.
@@ -421,7 +448,10 @@ impl Topology {
             });
         }
         for pool in &masters {
-            pool.set_replicas(replicas.get(pool.addr()).copied().unwrap_or(0));
+            // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
+            // the master's own `ROLE` lists those that a WAIT counts.
+            let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
+            pool.set_replicas(self.replicas_by_role(pool).unwrap_or(listed));
         }
         Ok(Map {
             generation,
@@ -475,12 +505,8 @@ impl Topology {
                             source,
                         })?;
                 match role {
-                    Value::Array(items) if is_bulk(items.first(), "master") => {
-                        let replicas = match items.get(2) {
-                            Some(Value::Array(replicas)) => replicas.len(),
-                            _ => 0,
-                        };
-                        Ok((host, port, replicas))
+                    Value::Array(_) if replicas_of_role(&role).is_some() => {
+                        Ok((host, port, replicas_of_role(&role).unwrap_or(0)))
                     }
                     _ => Err(Error::Redis {
                         operation: "checking the master's role",
@@ -546,6 +572,17 @@ fn parse_cluster_slots(reply: Value) -> Option<Vec<SlotRange>> {
         });
     }
     Some(ranges)
+}
+
+/// The replicas a master's `ROLE` reply lists; `None` if it is not a master's.
+fn replicas_of_role(role: &Value) -> Option<usize> {
+    match role {
+        Value::Array(items) if is_bulk(items.first(), "master") => match items.get(2) {
+            Some(Value::Array(replicas)) => Some(replicas.len()),
+            _ => Some(0),
+        },
+        _ => None,
+    }
 }
 
 fn is_bulk(value: Option<&Value>, text: &str) -> bool {

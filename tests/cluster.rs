@@ -66,6 +66,31 @@ fn locks_live_on_their_slots_master_and_each_master_has_one_listener() {
     }
     assert_eq!(manager.listener_count(), 3, "one listener per master");
 
+    // Replica sync (on by default): the replica has the lock when lock() returns, and each
+    // acquire and release is followed by a WAIT.
+    let master = cluster.master_ports()[0];
+    let name = name_on(&cluster, master, "synced");
+    let before = manager.stats();
+    let guard = manager.lock(&name).expect("lock");
+    let mut replica = conn(cluster.replica_of(master));
+    let _: () = redis::cmd("READONLY")
+        .query(&mut replica)
+        .expect("READONLY");
+    let on_replica: bool = redis::cmd("EXISTS")
+        .arg(&name)
+        .query(&mut replica)
+        .expect("EXISTS on the replica");
+    assert!(
+        on_replica,
+        "lock() returned before the replica had the lock"
+    );
+    guard.unlock().expect("unlock");
+    assert_eq!(
+        manager.stats().commands - before.commands,
+        4,
+        "two scripts, two WAITs"
+    );
+
     // The URL form reaches the same cluster.
     let url = format!(
         "redis-cluster://{}",
