@@ -304,15 +304,20 @@ fn renewals_take_one_pipeline_per_master_and_holds_survive_a_failover() {
         failing
     );
     let name = held.name().to_owned();
+    // The waiter is another manager's: only its listener can tell it of the release.
+    let other = manager_with_lease(&cluster, FAILOVER_LEASE);
     let waiter = {
-        let manager = manager.clone();
+        let other = other.clone();
         let name = name.clone();
         std::thread::spawn(move || {
-            manager
-                .try_lock(&name, Duration::from_secs(40))
-                .map(|g| g.map(|g| g.unlock()))
+            let got = other.try_lock(&name, Duration::from_secs(60));
+            let at = Instant::now();
+            got.map(|g| (g.map(|g| g.unlock()), at))
         })
     };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        other.waiting_channel_count() == 1
+    }));
     cluster.failover(cluster.replica_of(failing));
     assert!(
         support::eventually(Duration::from_secs(20), || {
@@ -324,12 +329,18 @@ fn renewals_take_one_pipeline_per_master_and_holds_survive_a_failover() {
     assert!(!held.is_lost(), "the hold survived the failover");
     assert!(guards.iter().all(|g| !g.is_lost()));
     held.unlock().expect("unlock on the new master");
-    waiter
-        .join()
-        .expect("waiter")
-        .expect("try_lock")
+    let unlocked = Instant::now();
+    let (unlocked_by_waiter, acquired) = waiter.join().expect("waiter").expect("try_lock");
+    unlocked_by_waiter
         .expect("acquired after the failover")
         .expect("unlock");
+    // Its lease is 9 s: a waiter in by 3 s heard the release, on the new master (the old one
+    // ended its sharded subscription, and the listener subscribed again where the slot is).
+    assert!(
+        acquired.saturating_duration_since(unlocked) < Duration::from_secs(3),
+        "the waiter was not woken after the failover: {:?}",
+        acquired.saturating_duration_since(unlocked)
+    );
     // New locks on that slot go to the new master.
     let guard = manager.lock(&name).expect("lock after the failover");
     guard.unlock().expect("unlock");
