@@ -147,6 +147,28 @@
 //! the threads and connections a manager owns, how clones share them, and why a manager must
 //! not be used after `fork()` ([`Error::Forked`]).
 //!
+//! # Sentinel and Cluster
+//!
+//! The same locks work on a master watched by Redis Sentinel and on a Redis Cluster, every
+//! kind and feature included. [`LockManager::sentinel_builder`] and
+//! [`LockManager::cluster_builder`] start from the sentinels' or some nodes' URLs; the URL
+//! forms `redis-sentinel://host1:26379,host2:26379/0#mymaster` (Lettuce's) and
+//! `redis-cluster://host1:7000,host2:7001` reach them from [`LockManager::new`], the C API and
+//! the command line.
+//!
+//! ```no_run
+//! let cluster = redis_lock::LockManager::new("redis-cluster://10.0.0.1:7000,10.0.0.2:7000")?;
+//! let guard = cluster.lock("orders:42")?; // on the master of the name's slot
+//! # Ok::<(), redis_lock::Error>(())
+//! ```
+//!
+//! Commands follow MOVED and ASK redirections and failovers, and one that may have run (a
+//! timeout) is never sent again. On a Redis 7 cluster releases are announced with sharded
+//! pub/sub (`SPUBLISH`), as Redisson does, and heard by one listener per master. Acquires and
+//! releases wait for a replica's acknowledgement where the master has replicas
+//! ([`LockManagerBuilder::replica_sync`]), so that holds survive a failover; an acquire no
+//! replica acknowledged is rolled back and fails with [`Error::NotReplicated`].
+//!
 //! # Errors
 //!
 //! Every fallible call returns [`Result`]. Bad input (an empty or oversized name, a zero or
