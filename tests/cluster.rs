@@ -459,3 +459,105 @@ fn an_acquire_whose_reply_came_too_late_is_never_sent_again() {
         .force_unlock()
         .expect("force unlock");
 }
+
+/// Runs `wait` (a blocking call of `waiter`) on a thread until it blocks, then `release`;
+/// returns how long after the release `wait` returned.
+fn woken_after(
+    waiter: &LockManager,
+    wait: impl FnOnce() + Send + 'static,
+    release: impl FnOnce(),
+) -> Duration {
+    let thread = std::thread::spawn(move || {
+        wait();
+        Instant::now()
+    });
+    assert!(
+        support::eventually(Duration::from_secs(10), || waiter.waiting_channel_count()
+            == 1),
+        "the waiter blocked"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    release();
+    thread
+        .join()
+        .expect("waiter")
+        .saturating_duration_since(released)
+}
+
+#[test]
+fn every_lock_kind_is_woken_by_sharded_pub_sub() {
+    let cluster = RedisCluster::start();
+    let (holder, waiter) = (manager(&cluster), manager(&cluster));
+    // Leases are 3 s: woken within 2 s means by the release's message.
+    let prompt = Duration::from_secs(2);
+
+    let fair = holder
+        .get_fair_lock("kinds:fair")
+        .lock()
+        .expect("fair lock");
+    let w = waiter.clone();
+    let after = woken_after(
+        &waiter,
+        move || {
+            w.get_fair_lock("kinds:fair")
+                .lock()
+                .expect("fair")
+                .unlock()
+                .expect("unlock")
+        },
+        || fair.unlock().expect("unlock"),
+    );
+    assert!(after < prompt, "fair lock: {after:?}");
+
+    let write = holder
+        .get_read_write_lock("kinds:rw")
+        .write_lock()
+        .lock()
+        .expect("write lock");
+    let w = waiter.clone();
+    let after = woken_after(
+        &waiter,
+        move || {
+            let rw = w.get_read_write_lock("kinds:rw");
+            rw.read_lock()
+                .lock()
+                .expect("read")
+                .unlock()
+                .expect("unlock");
+        },
+        || write.unlock().expect("unlock"),
+    );
+    assert!(after < prompt, "read-write lock: {after:?}");
+
+    let semaphore = holder.get_semaphore("kinds:semaphore");
+    assert!(semaphore.try_set_permits(1).expect("set permits"));
+    semaphore.acquire(1).expect("the only permit");
+    let w = waiter.clone();
+    let after = woken_after(
+        &waiter,
+        move || {
+            w.get_semaphore("kinds:semaphore")
+                .acquire(1)
+                .expect("acquire")
+        },
+        || semaphore.release(1).expect("release"),
+    );
+    assert!(after < prompt, "semaphore: {after:?}");
+
+    let latch = holder.get_count_down_latch("kinds:latch");
+    assert!(latch.try_set_count(1).expect("set count"));
+    let w = waiter.clone();
+    let after = woken_after(
+        &waiter,
+        move || {
+            let opened = w
+                .get_count_down_latch("kinds:latch")
+                .wait(Duration::from_secs(30))
+                .expect("wait");
+            assert!(opened);
+        },
+        || latch.count_down().expect("count down"),
+    );
+    assert!(after < prompt, "count-down latch: {after:?}");
+}
