@@ -190,15 +190,7 @@ fn the_c_api_reaches_a_cluster_through_its_url_form() {
     let cluster = support::cluster::RedisCluster::start();
     let out = tempfile::tempdir().unwrap();
     let exe = compile("any_deployment", Link::Shared, &[], out.path());
-    let url = format!(
-        "redis-cluster://{}",
-        cluster
-            .master_ports()
-            .iter()
-            .map(|port| format!("127.0.0.1:{port}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let url = cluster.url();
     let output = run(&exe, &[url, "c-on-a-cluster".into()], false);
     assert_clean_run(
         &output,

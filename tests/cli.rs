@@ -721,15 +721,7 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
 #[test]
 fn runs_on_a_cluster_through_its_url_form() {
     let cluster = support::cluster::RedisCluster::start();
-    let url = format!(
-        "redis-cluster://{}",
-        cluster
-            .master_ports()
-            .iter()
-            .map(|port| format!("127.0.0.1:{port}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let url = cluster.url();
     let name = "cli-on-a-cluster";
     let master = cluster.master_for_slot(support::cluster::RedisCluster::slot_of(name));
     // While the command runs, the lock is on its slot's master.

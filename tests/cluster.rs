@@ -92,15 +92,7 @@ fn locks_live_on_their_slots_master_and_each_master_has_one_listener() {
     );
 
     // The URL form reaches the same cluster.
-    let url = format!(
-        "redis-cluster://{}",
-        cluster
-            .master_ports()
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let url = cluster.url();
     let by_url = LockManager::new(&url).expect("manager from a redis-cluster:// URL");
     let guard = by_url.lock("by-url").expect("lock");
     assert!(manager.get_lock("by-url").is_locked().expect("is_locked"));

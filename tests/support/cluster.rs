@@ -135,6 +135,16 @@ impl RedisCluster {
             .collect()
     }
 
+    /// `redis-cluster://` and the masters the cluster was made with: this crate's URL form.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .masters
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis-cluster://{}", hosts.join(","))
+    }
+
     /// The masters when the cluster was made.
     pub fn master_ports(&self) -> Vec<u16> {
         self.masters.clone()

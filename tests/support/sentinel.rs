@@ -49,7 +49,8 @@ fn master_of(sentinel: u16) -> Option<u16> {
     Some(port)
 }
 
-fn role_is_master(port: u16) -> bool {
+/// Whether the server's `INFO replication` says `fact` (`role:master`, ...).
+fn replication_says(port: u16, fact: &str) -> bool {
     conn(port)
         .and_then(|mut c| {
             redis::cmd("INFO")
@@ -57,7 +58,7 @@ fn role_is_master(port: u16) -> bool {
                 .query::<String>(&mut c)
                 .ok()
         })
-        .is_some_and(|info| info.contains("role:master"))
+        .is_some_and(|info| info.contains(fact))
 }
 
 impl RedisSentinel {
@@ -72,14 +73,7 @@ impl RedisSentinel {
         for replica in &replicas {
             let port = replica.port();
             wait_for("synced a replica", || {
-                conn(port)
-                    .and_then(|mut c| {
-                        redis::cmd("INFO")
-                            .arg("replication")
-                            .query::<String>(&mut c)
-                            .ok()
-                    })
-                    .is_some_and(|info| info.contains("master_link_status:up"))
+                replication_says(port, "master_link_status:up")
             });
         }
         let dir = tempfile::Builder::new()
@@ -195,7 +189,7 @@ impl RedisSentinel {
             match named.first().copied().flatten() {
                 Some(new) if new != old && named.iter().all(|n| *n == Some(new)) => {
                     promoted = new;
-                    role_is_master(new)
+                    replication_says(new, "role:master")
                 }
                 _ => false,
             }
