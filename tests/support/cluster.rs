@@ -191,15 +191,25 @@ impl RedisCluster {
     }
 
     /// `CLUSTER FAILOVER` on `replica`; returns once it is the master and the cluster is ok.
+    /// A manual failover that does not complete within 5 s is dropped by Redis (a loaded
+    /// machine): it is asked again, three times at most.
     pub fn failover(&self, replica: u16) {
-        let _: () = redis::cmd("CLUSTER")
-            .arg("FAILOVER")
-            .query(&mut conn(replica))
-            .expect("CLUSTER FAILOVER");
-        wait_for("promoted the replica", || {
-            info(replica, "replication").contains("role:master")
-        });
-        self.wait_until_ok();
+        let promoted = || info(replica, "replication").contains("role:master");
+        for _ in 0..3 {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query(&mut conn(replica))
+                .expect("CLUSTER FAILOVER");
+            let asked = Instant::now();
+            while !promoted() && asked.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if promoted() {
+                self.wait_until_ok();
+                return;
+            }
+        }
+        panic!("the replica {replica} was never promoted by CLUSTER FAILOVER");
     }
 
     /// SIGKILL of a node.
