@@ -257,8 +257,8 @@ impl LockManagerBuilder {
     ///
     /// On by default. It costs one more round trip per acquire and release, and only where
     /// the master has replicas: on Sentinel and Cluster, and on a single server with
-    /// replicas (counted when the manager starts; Sentinel and Cluster count them again at
-    /// every failover).
+    /// replicas. Replicas are counted with `ROLE` when the manager starts, after a failover,
+    /// and again by an acquire or release when the count is over 10 s old.
     pub fn replica_sync(mut self, on: bool) -> Self {
         self.replica_sync = on;
         self

@@ -22,6 +22,8 @@ pub(crate) struct Pool {
     /// How many replicas the server had when last asked: acquires and releases wait for one
     /// of them to acknowledge (`LockManagerBuilder::replica_sync`) only when there are some.
     replicas: AtomicUsize,
+    /// When the replicas were last counted.
+    replicas_counted: Mutex<Instant>,
     state: Mutex<PoolState>,
     freed: Condvar,
     max_size: usize,
@@ -65,6 +67,7 @@ impl Pool {
         Pool {
             addr: client.get_connection_info().addr().to_string().into(),
             replicas: AtomicUsize::new(0),
+            replicas_counted: Mutex::new(Instant::now()),
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
             client,
@@ -91,6 +94,12 @@ impl Pool {
 
     pub(crate) fn set_replicas(&self, replicas: usize) {
         self.replicas.store(replicas, Ordering::Relaxed);
+        *self.replicas_counted.lock() = Instant::now();
+    }
+
+    /// Whether the replicas were counted longer than `age` ago (replicas come and go).
+    pub(crate) fn replicas_older_than(&self, age: Duration) -> bool {
+        self.replicas_counted.lock().elapsed() > age
     }
 
     /// Opens a connection that is not counted against the pool, speaking RESP3: for the

@@ -117,6 +117,9 @@ const LATCHES_REMEMBERED: usize = 1024;
 /// At most this many latches of one lock wait for deletion (overlapping releases).
 const LATCHES_PER_LOCK: usize = 8;
 
+/// How often acquires and releases count a master's replicas again (with `ROLE`) while
+/// replica sync is on.
+const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
 /// How many MOVED or ASK redirections one command follows before giving up.
 const REDIRECTS_MAX: u32 = 5;
 /// How long to wait before asking again while a failover is under way (CLUSTERDOWN,
@@ -700,6 +703,21 @@ impl LockStore {
             }
         };
         if let Some(timeout) = self.replica_sync {
+            if is_replicated_operation(operation) && pool.replicas_older_than(REPLICAS_RECOUNT) {
+                // Replicas added since the last count must be waited for too.
+                self.counters.sent(1);
+                match redis::cmd("ROLE").query::<redis::Value>(&mut *conn) {
+                    Ok(role) => {
+                        pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
+                    }
+                    Err(err) if is_broken(&err) => {
+                        conn.discard();
+                        return Err(Failed::Redis(err));
+                    }
+                    // Not allowed (an ACL without ROLE): the count stays as it was.
+                    Err(_) => pool.set_replicas(pool.replicas()),
+                }
+            }
             if is_replicated_operation(operation) && pool.replicas() > 0 {
                 match self.wait_for_replicas(pool, &mut conn, operation, timeout) {
                     Ok(()) => {}

@@ -575,7 +575,7 @@ fn parse_cluster_slots(reply: Value) -> Option<Vec<SlotRange>> {
 }
 
 /// The replicas a master's `ROLE` reply lists; `None` if it is not a master's.
-fn replicas_of_role(role: &Value) -> Option<usize> {
+pub(crate) fn replicas_of_role(role: &Value) -> Option<usize> {
     match role {
         Value::Array(items) if is_bulk(items.first(), "master") => match items.get(2) {
             Some(Value::Array(replicas)) => Some(replicas.len()),

@@ -21,11 +21,7 @@ fn master_with_replica() -> (RedisServer, RedisServer) {
             .query(&mut replica.conn())
             .expect("INFO on the replica");
         let linked = info.contains("master_link_status:up");
-        let counted: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut master.conn())
-            .expect("INFO on the master");
-        if linked && counted.contains("connected_slaves:1") {
+        if linked && support::role_lists_replicas(&mut master.conn()) == 1 {
             return (master, replica);
         }
         assert!(
@@ -119,4 +115,43 @@ fn a_master_without_replicas_sends_no_wait() {
         2,
         "one acquire and one release only"
     );
+}
+
+#[test]
+fn a_replica_added_later_is_waited_for_once_counted_again() {
+    let master = RedisServer::start();
+    let manager = LockManager::new(&master.url()).expect("manager");
+    manager
+        .lock("before")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        support::eventually(Duration::from_secs(20), || {
+            support::role_lists_replicas(&mut master.conn()) == 1
+        }),
+        "the replica linked"
+    );
+    // Replicas are counted again by an acquire or release once the count is 10 s old.
+    std::thread::sleep(Duration::from_millis(10_500));
+    manager
+        .lock("recount")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let before = manager.stats().commands;
+    let guard = manager.lock("after").expect("lock");
+    assert_eq!(
+        manager.stats().commands - before,
+        2,
+        "the acquire and a WAIT for the new replica"
+    );
+    let on_replica: bool = redis::cmd("EXISTS")
+        .arg("after")
+        .query(&mut replica.conn())
+        .expect("EXISTS on the replica");
+    assert!(on_replica);
+    guard.unlock().expect("unlock");
 }

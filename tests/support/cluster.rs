@@ -115,6 +115,11 @@ impl RedisCluster {
             }
         }
         masters.sort_unstable();
+        for &master in &masters {
+            wait_for("listed each master's replica as online", || {
+                super::role_lists_replicas(&mut conn(master)) == 1
+            });
+        }
         assert_eq!(masters.len(), 3, "three masters");
         assert_eq!(replicas.len(), 3, "a replica for each master");
         let nodes = servers.into_iter().map(|s| (s.port(), s)).collect();

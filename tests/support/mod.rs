@@ -192,6 +192,18 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// How many replicas a master's `ROLE` lists: those it counts as online, which the lock
+/// manager counts when it starts (a replica may say its link is up a moment before).
+pub fn role_lists_replicas(conn: &mut redis::Connection) -> usize {
+    match redis::cmd("ROLE").query::<redis::Value>(conn) {
+        Ok(redis::Value::Array(items)) => match items.get(2) {
+            Some(redis::Value::Array(replicas)) => replicas.len(),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
 /// A free loopback port below `limit`.
 pub fn free_port_below(limit: u16) -> u16 {
     loop {

@@ -76,6 +76,9 @@ impl RedisSentinel {
                 replication_says(port, "master_link_status:up")
             });
         }
+        wait_for("listed both replicas as online", || {
+            conn(master.port()).is_some_and(|mut c| super::role_lists_replicas(&mut c) == 2)
+        });
         let dir = tempfile::Builder::new()
             .prefix("redis-lock-sentinel-")
             .tempdir()
