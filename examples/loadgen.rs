@@ -1154,11 +1154,34 @@ fn human(d: Duration) -> String {
     }
 }
 
-/// W3: a waiter already blocked (its subscription live); time from the holder's unlock
-/// returning to the waiter's lock returning. Holder and waiter use separate managers, so the
-/// wake-up crosses Redis pub/sub as it would between processes.
 /// W3 alternates between its handoffs this many times.
 const W3_ROUNDS: usize = 10;
+
+/// How long every W3 waiter has been asleep when the release is sent, in all three handoffs.
+/// A wake-up costs more the longer the thread (and, on a virtual machine, its vCPU) was idle:
+/// on the 2-vCPU machine of BENCHMARKS.md the raw pub/sub handoff took 91 µs after 2 ms and
+/// 152 µs after 14 ms, as much again as the whole handoff. Handoffs compared with one another
+/// must therefore start from the same idle time.
+const W3_IDLE: Duration = Duration::from_millis(10);
+
+/// Waits until `ready` (polled every 100 µs, up to 10 s), then sleeps [`W3_IDLE`]; `false`
+/// if it never became ready. `support::eventually` polls in 10 ms steps, which would leave
+/// each sample asleep for a different time.
+fn settle_w3(mut ready: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while !ready() {
+        if started.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        thread::sleep(Duration::from_micros(100));
+    }
+    thread::sleep(W3_IDLE);
+    true
+}
+
+/// W3: a waiter already blocked (its subscription live) for [`W3_IDLE`]; time from the
+/// holder's release being sent to the waiter's lock returning. Holder and waiter use separate
+/// managers, so the wake-up crosses Redis pub/sub as it would between processes.
 
 fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let holder = LockManager::new(url).expect("holder manager");
@@ -1187,14 +1210,14 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         }
         let guard = holder.lock(name).expect("holder lock");
         let blocked = support::Waiter::spawn(&waiter, name);
-        assert!(support::await_subscribers(&mut conn, channel, 1));
-        // The subscription is live; let the waiter finish its attempt after subscribing.
-        thread::sleep(Duration::from_millis(2));
+        // The subscription is live; the waiter finishes its attempt after subscribing and
+        // sleeps. (The probes wake nobody: the waiter sleeps on its condvar, the listener in
+        // its read.)
+        assert!(settle_w3(|| support::numsub(&mut conn, channel) == 1));
         // A round trip from a thread that just slept, as the woken waiter's acquire is.
         let start = Instant::now();
         let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
         cold_pings.push(start.elapsed());
-        thread::sleep(Duration::from_millis(2));
         // From when the release is sent: a BLPOP waiter is answered by the server in the same
         // pass as the release, often before the releasing thread reads its own reply, so
         // only the send is a start that all three handoffs share.
@@ -1508,7 +1531,8 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
     for _ in 0..n {
         holder.acquire();
         go_tx.send(()).unwrap();
-        thread::sleep(Duration::from_millis(2)); // the waiter is asleep on the condvar
+        // The waiter is asleep on the condvar at once; then as long as the other handoffs'.
+        settle_w3(|| true);
         let released = Instant::now(); // from the send, as in w3_handoff
         holder.release();
         let acquired = done.recv().expect("raw waiter");
@@ -1595,7 +1619,7 @@ fn blpop_handoff(url: &str, n: usize) -> Vec<Duration> {
         assert!(set.is_some(), "the BLPOP holder gets the free lock");
         go_tx.send(()).unwrap();
         // The waiter is blocked once the server lists its connection as blocked in BLPOP.
-        let blocked = support::eventually(Duration::from_secs(10), || {
+        let blocked = settle_w3(|| {
             let line: String = redis::cmd("CLIENT")
                 .arg("LIST")
                 .arg("ID")
@@ -1605,7 +1629,6 @@ fn blpop_handoff(url: &str, n: usize) -> Vec<Duration> {
             line.contains("cmd=blpop") && line.contains("flags=b")
         });
         assert!(blocked, "the BLPOP waiter blocked");
-        thread::sleep(Duration::from_millis(2)); // as in the other handoffs: asleep in read
         let released_at = Instant::now(); // from the send, as in w3_handoff
         let released: i64 = release
             .key(key)
