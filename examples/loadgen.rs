@@ -1182,7 +1182,6 @@ fn settle_w3(mut ready: impl FnMut() -> bool) -> bool {
 /// W3: a waiter already blocked (its subscription live) for [`W3_IDLE`]; time from the
 /// holder's release being sent to the waiter's lock returning. Holder and waiter use separate
 /// managers, so the wake-up crosses Redis pub/sub as it would between processes.
-
 fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let holder = LockManager::new(url).expect("holder manager");
     let waiter = LockManager::new(url).expect("waiter manager");
