@@ -763,6 +763,12 @@ impl LockStore {
             self.counters.sent(1);
             let connected = connected_replicas(conn)?;
             pool.set_replicas(connected);
+            if connected == 0 && self.topology.follows_failovers() {
+                // A master whose replicas all left may have been replaced by one of them
+                // (a failover still under way): the next command goes where the deployment
+                // says the master is.
+                self.topology.refresh(self.topology.map().generation);
+            }
             Ok(if connected == 0 { usize::MAX } else { 0 })
         })();
         let restored = conn.set_read_timeout(Some(self.response_timeout));

@@ -25,6 +25,9 @@ use crate::slot;
 /// Refreshes closer together than this reuse the last map: when a whole cluster is down, every
 /// failing call would otherwise ask for a new map.
 const REFRESH_INTERVAL_MIN: Duration = Duration::from_millis(100);
+/// How often, at most, the sentinels are asked again while holds are renewed (see
+/// [`Topology::recheck`]).
+const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A slot served by no known master.
 const NO_MASTER: u16 = u16::MAX;
@@ -281,6 +284,23 @@ impl Topology {
         let (host, port) = split_addr(addr)
             .ok_or_else(|| Error::invalid("redirection", format!("bad address {addr:?}")))?;
         Ok(Arc::new(self.nodes.pool(self.nodes.at(host, port))?))
+    }
+
+    /// Asks the sentinels again whether the master is still the one in the map, unless they
+    /// were asked within [`RECHECK_INTERVAL`]. A failover the sentinels were asked for
+    /// (`SENTINEL FAILOVER`) leaves the old master writable until the sentinels demote it, up
+    /// to 10 s later: no error says the master changed, and what is written there meanwhile
+    /// (renewals included) is lost at the demotion, while the copies on the new master expire.
+    /// The watchdog calls this after each renewal sweep (docs/DESIGN.md, "Deployments").
+    /// Nothing for a single server or a cluster, where a demoted master answers MOVED.
+    pub(crate) fn recheck(&self) {
+        if !matches!(self.discovery, Discovery::Sentinel { .. }) {
+            return;
+        }
+        if self.refreshing.lock().elapsed() < RECHECK_INTERVAL {
+            return;
+        }
+        self.refresh(self.map().generation);
     }
 
     /// Asks the deployment where its masters are now, unless the map is newer than

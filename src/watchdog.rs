@@ -38,6 +38,9 @@ impl Watchdog {
                     while let Some(sweep) = holds.next_sweep() {
                         let renewed = renew(&store, &client_id, timeout_ms, &sweep);
                         holds.finish_sweep(sweep, renewed);
+                        // After the sweep, never delaying it: a slow sentinel delays only
+                        // the next one, which is a renewal period away.
+                        store.topology().recheck();
                     }
                 }
             })?;

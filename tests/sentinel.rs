@@ -136,3 +136,105 @@ fn acquires_fail_and_leave_nothing_when_no_replica_acknowledges() {
     guard.unlock().expect("unlock");
     sentinel.resume(replicas[1]);
 }
+
+#[test]
+fn without_replica_sync_a_hold_the_new_master_never_got_is_reported_lost() {
+    let sentinel = RedisSentinel::start();
+    let urls = sentinel.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let manager = LockManager::sentinel_builder(&urls, sentinel.master_name())
+        .replica_sync(false)
+        .watchdog_timeout(Duration::from_secs(9))
+        .build()
+        .expect("manager");
+    let replicas = sentinel.replica_ports();
+    sentinel.cut_replication();
+
+    // Without replica sync nothing waits for the replicas: the acquire succeeds although
+    // none of them will ever have the hold.
+    let held = manager
+        .lock("unreplicated")
+        .expect("lock without replica sync");
+    let lost = held.lost_signal();
+    for &replica in &replicas {
+        let there: bool = redis::cmd("EXISTS")
+            .arg("unreplicated")
+            .query(&mut conn(replica))
+            .expect("EXISTS");
+        assert!(
+            !there,
+            "replica {replica} got the hold although it was cut off"
+        );
+    }
+
+    let old = sentinel.kill_master();
+    let promoted = sentinel.wait_for_failover(old);
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("unreplicated")
+        .query(&mut conn(promoted))
+        .expect("EXISTS");
+    assert!(!on_new, "the new master has the hold");
+    // The watchdog finds the hold gone on the new master (or its lease runs out first).
+    assert!(
+        lost.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the lost signal did not fire for a hold the failover lost"
+    );
+    assert!(held.unlock().is_err(), "unlocking a lost hold succeeded");
+    // The manager works on the new master.
+    let guard = manager
+        .lock("unreplicated")
+        .expect("lock on the new master");
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn a_failover_the_sentinels_were_asked_for_is_followed() {
+    let sentinel = RedisSentinel::start();
+    // One manager holds a lock through the failover; the other holds nothing, so only a
+    // READONLY reply (or its connection dropped by the demoted master) can tell it.
+    let holder = manager(&sentinel);
+    let idle = manager(&sentinel);
+    let held = holder.lock("graceful").expect("lock");
+    let lost = held.lost_signal();
+    idle.lock("warm").expect("lock").unlock().expect("unlock");
+
+    // `SENTINEL FAILOVER`: the old master stays up and writable until the sentinels demote
+    // it, up to 10 s later; renewals sent there meanwhile would be lost at the demotion while
+    // the copy on the new master expired. The watchdog asks the sentinels again after each
+    // sweep and moves the renewals to the new master.
+    let old = sentinel.graceful_failover();
+    let promoted = sentinel.wait_for_failover(old);
+    assert_ne!(promoted, old);
+    sentinel.wait_for_demotion(old);
+    let refused = redis::cmd("SET")
+        .arg("probe")
+        .arg("1")
+        .query::<()>(&mut conn(old))
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("READONLY"), "{refused}");
+
+    // The idle manager's pool still points at the old master: it finds the new one.
+    let guard = idle
+        .lock("after-graceful")
+        .expect("lock after the failover");
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("after-graceful")
+        .query(&mut conn(promoted))
+        .expect("EXISTS");
+    assert!(on_new, "the new lock is on the new master");
+    guard.unlock().expect("unlock");
+
+    // The hold made before the failover lives on the new master for more than a lease (9 s)
+    // after the demotion.
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(
+        lost.try_recv().is_err(),
+        "the hold was lost in the failover"
+    );
+    let still: bool = redis::cmd("EXISTS")
+        .arg("graceful")
+        .query(&mut conn(promoted))
+        .expect("EXISTS");
+    assert!(still, "the hold is on the new master");
+    held.unlock().expect("unlock on the new master");
+}

@@ -200,6 +200,56 @@ impl RedisSentinel {
         promoted
     }
 
+    /// `SENTINEL FAILOVER`: a failover without the master failing (the old master is demoted to
+    /// a replica of the new one); returns the old master's port.
+    pub fn graceful_failover(&self) -> u16 {
+        let old = self.master_port();
+        let (_, sentinel) = self.sentinels[0];
+        // A sentinel refuses (NOGOODSLAVE) until it has heard from the replicas themselves.
+        wait_for("accepted a failover", || {
+            conn(sentinel).is_some_and(|mut c| {
+                redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(MASTER_NAME)
+                    .query::<String>(&mut c)
+                    .is_ok_and(|ok| ok == "OK")
+            })
+        });
+        old
+    }
+
+    /// Waits until the server at `port` says it is a replica.
+    pub fn wait_for_demotion(&self, port: u16) {
+        wait_for("demoted the old master", || {
+            replication_says(port, "role:slave")
+        });
+    }
+
+    /// Cuts the replicas off the master for good: their `masterauth` is set to a password the
+    /// master does not have, so that after their links are killed they cannot sync again;
+    /// returns once the master has no replica. What the master writes afterwards reaches no
+    /// replica.
+    pub fn cut_replication(&self) {
+        for replica in self.replica_ports() {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("masterauth")
+                .arg("not-the-masters-password")
+                .query(&mut conn(replica).expect("a replica"))
+                .expect("CONFIG SET masterauth");
+        }
+        let master = self.master_port();
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut conn(master).expect("the master"))
+            .expect("CLIENT KILL TYPE replica");
+        wait_for("cut the replicas off", || {
+            replication_says(master, "connected_slaves:0")
+        });
+    }
+
     /// SIGSTOP of a server.
     pub fn pause(&self, port: u16) {
         self.servers.lock().unwrap()[&port].freeze();
