@@ -19,6 +19,14 @@ fn manager(sentinel: &RedisSentinel) -> LockManager {
         .expect("a manager through the sentinels")
 }
 
+/// Whether the server at `port` has `key`.
+fn exists(port: u16, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut conn(port))
+        .expect("EXISTS")
+}
+
 fn conn(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .expect("client")
@@ -49,10 +57,7 @@ fn the_master_is_followed_through_a_failover() {
     let by_url = LockManager::new(&url).expect("manager from a redis-sentinel:// URL");
 
     let held = manager.lock("followed").expect("lock");
-    let on_master: bool = redis::cmd("EXISTS")
-        .arg("followed")
-        .query(&mut conn(master))
-        .expect("EXISTS");
+    let on_master = exists(master, "followed");
     assert!(on_master);
     assert!(by_url.get_lock("followed").is_locked().expect("is_locked"));
     let lost = held.lost_signal();
@@ -78,10 +83,7 @@ fn the_master_is_followed_through_a_failover() {
         lost.try_recv().is_err(),
         "the hold was lost in the failover"
     );
-    let on_new: bool = redis::cmd("EXISTS")
-        .arg("followed")
-        .query(&mut conn(promoted))
-        .expect("EXISTS");
+    let on_new = exists(promoted, "followed");
     assert!(on_new, "the hold is on the new master");
     held.unlock().expect("unlock on the new master");
     let released = Instant::now();
@@ -125,10 +127,7 @@ fn acquires_fail_and_leave_nothing_when_no_replica_acknowledges() {
     }
     let err = manager.lock("unsynced").unwrap_err();
     assert!(err.is_not_replicated(), "{err}");
-    let left: bool = redis::cmd("EXISTS")
-        .arg("unsynced")
-        .query(&mut conn(sentinel.master_port()))
-        .expect("EXISTS");
+    let left = exists(sentinel.master_port(), "unsynced");
     assert!(!left, "the unacknowledged acquire was rolled back");
     // One replica back is enough.
     sentinel.resume(replicas[0]);
@@ -157,10 +156,7 @@ fn without_replica_sync_a_hold_the_new_master_never_got_is_reported_lost() {
         .expect("lock without replica sync");
     let lost = held.lost_signal();
     for &replica in &replicas {
-        let there: bool = redis::cmd("EXISTS")
-            .arg("unreplicated")
-            .query(&mut conn(replica))
-            .expect("EXISTS");
+        let there = exists(replica, "unreplicated");
         assert!(
             !there,
             "replica {replica} got the hold although it was cut off"
@@ -169,10 +165,7 @@ fn without_replica_sync_a_hold_the_new_master_never_got_is_reported_lost() {
 
     let old = sentinel.kill_master();
     let promoted = sentinel.wait_for_failover(old);
-    let on_new: bool = redis::cmd("EXISTS")
-        .arg("unreplicated")
-        .query(&mut conn(promoted))
-        .expect("EXISTS");
+    let on_new = exists(promoted, "unreplicated");
     assert!(!on_new, "the new master has the hold");
     // The watchdog finds the hold gone on the new master (or its lease runs out first).
     assert!(
@@ -217,10 +210,7 @@ fn a_failover_the_sentinels_were_asked_for_is_followed() {
     let guard = idle
         .lock("after-graceful")
         .expect("lock after the failover");
-    let on_new: bool = redis::cmd("EXISTS")
-        .arg("after-graceful")
-        .query(&mut conn(promoted))
-        .expect("EXISTS");
+    let on_new = exists(promoted, "after-graceful");
     assert!(on_new, "the new lock is on the new master");
     guard.unlock().expect("unlock");
 
@@ -231,10 +221,7 @@ fn a_failover_the_sentinels_were_asked_for_is_followed() {
         lost.try_recv().is_err(),
         "the hold was lost in the failover"
     );
-    let still: bool = redis::cmd("EXISTS")
-        .arg("graceful")
-        .query(&mut conn(promoted))
-        .expect("EXISTS");
+    let still = exists(promoted, "graceful");
     assert!(still, "the hold is on the new master");
     held.unlock().expect("unlock on the new master");
 }
