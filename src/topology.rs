@@ -297,10 +297,37 @@ impl Topology {
         if !matches!(self.discovery, Discovery::Sentinel { .. }) {
             return;
         }
-        if self.refreshing.lock().elapsed() < RECHECK_INTERVAL {
-            return;
+        let current = {
+            let mut last = self.refreshing.lock();
+            if last.elapsed() < RECHECK_INTERVAL {
+                return;
+            }
+            *last = Instant::now();
+            self.map()
+        };
+        // Asked without holding `refreshing`: a caller whose command failed must never wait
+        // behind this routine check (sentinels that do not answer cost a connect timeout
+        // each). Its result is kept only if nobody made a newer map meanwhile.
+        match self.discover(&current) {
+            Ok(map) => {
+                let mut installed = self.map.write();
+                if installed.generation == current.generation {
+                    if map
+                        .masters
+                        .iter()
+                        .map(|p| p.addr())
+                        .ne(installed.masters.iter().map(|p| p.addr()))
+                    {
+                        log::info!(
+                            "topology: the sentinels name a new master: {:?}",
+                            map.masters.iter().map(|p| p.addr()).collect::<Vec<_>>()
+                        );
+                    }
+                    *installed = Arc::new(map);
+                }
+            }
+            Err(err) => log::warn!("could not ask the sentinels for the master: {err}"),
         }
-        self.refresh(self.map().generation);
     }
 
     /// Asks the deployment where its masters are now, unless the map is newer than
