@@ -251,7 +251,7 @@ impl LockKind for Fair {
             .arg(queue_timeout_ms(store, args))
             .arg(now_ms())
             .arg(u8::from(queue));
-        let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
+        let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, args.fenced, &keys.name)
     }
 

@@ -159,9 +159,21 @@ impl Listener<'_> {
 
         let mut last_traffic = Instant::now();
         let mut checked = false;
+        let topology = self.shared.store.topology();
+        let mut seen_generation = topology.map().generation;
         loop {
             if self.shared.is_shutdown() {
                 return Ok(Served::Shutdown);
+            }
+            // A new map (a failover the sentinels announced, a resharding) may have made
+            // another server the master: hand the channels over now, not after 5 s of silence
+            // (traffic, wake-ups included, would put that check off for as long as it lasts).
+            let generation = topology.map().generation;
+            if generation != seen_generation {
+                seen_generation = generation;
+                if !is_master(self.shared, self.addr, false) {
+                    return Ok(Served::Retired);
+                }
             }
             while let Ok(request) = inbox.try_recv() {
                 self.handle(conn, request)?;

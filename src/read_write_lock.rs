@@ -263,7 +263,7 @@ impl LockKind for Read {
             .arg(args.lease_ms)
             .arg(args.owner)
             .arg(writer_field(args.owner));
-        let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
+        let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, false, &keys.name)
     }
 
@@ -353,7 +353,7 @@ impl LockKind for Write {
             call.key(keys.token_key());
         }
         call.arg(args.lease_ms).arg(writer_field(args.owner));
-        let reply: redis::Value = store.invoke("acquire", &keys.name, &call)?;
+        let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, args.fenced, &keys.name)
     }
 

@@ -179,12 +179,15 @@ impl LockStore {
                         1,
                         deadline(),
                         false,
-                        &|conn| {
-                            redis::cmd("SCRIPT")
-                                .arg("LOAD")
-                                .arg(source)
-                                .query::<String>(conn)
-                        },
+                        (
+                            &|conn: &mut Connection| {
+                                redis::cmd("SCRIPT")
+                                    .arg("LOAD")
+                                    .arg(source)
+                                    .query::<String>(conn)
+                            },
+                            &|_| false,
+                        ),
                     )
                     .map_err(|failed| failed.into_error(&store, "loading the lock scripts", ""))?;
             }
@@ -213,9 +216,11 @@ impl LockStore {
         owner: &str,
     ) -> Result<Attempt> {
         let call = self.acquire_call(keys, lease_ms, owner);
-        let pttl: Option<i64> = self.run("acquire", &keys.name, 1, |conn| {
-            query_loading_scripts(conn, |conn| call.query(conn))
-        })?;
+        let pttl: Option<i64> = self.run_attempt(
+            &keys.name,
+            |conn| query_loading_scripts(conn, |conn| call.query(conn)),
+            Option::is_none,
+        )?;
         Ok(Attempt::from_reply(pttl))
     }
 
@@ -228,10 +233,14 @@ impl LockStore {
         owner: &str,
     ) -> Result<Attempt> {
         let call = self.fenced_acquire_call(keys, lease_ms, owner);
-        self.run("acquire", &keys.name, 1, |conn| {
-            let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
-            Attempt::from_fenced_reply(reply)
-        })
+        self.run_attempt(
+            &keys.name,
+            |conn| {
+                let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
+                Attempt::from_fenced_reply(reply)
+            },
+            |attempt| attempt.is_acquired(),
+        )
     }
 
     /// `EVALSHA` of the acquire script (see `scripts.rs` for its KEYS and ARGV).
@@ -364,6 +373,20 @@ impl LockStore {
         self.run(operation, name, 1, |conn| invocation.invoke(conn))
     }
 
+    /// [`invoke`](Self::invoke) for an acquire attempt whose script answers the holder's
+    /// remaining lease (an integer) when it took nothing: then replica sync waits for nobody.
+    pub(crate) fn invoke_attempt(
+        &self,
+        name: &str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<redis::Value> {
+        self.run_attempt(
+            name,
+            |conn| invocation.invoke(conn),
+            |reply| !matches!(reply, redis::Value::Int(_)),
+        )
+    }
+
     /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`: 100 keys per script
     /// call, and all calls for one master in one pipeline (one round trip per master). Returns,
     /// per entry, whether the hold was still there (`None` where its master did not answer).
@@ -449,15 +472,27 @@ impl LockStore {
                 calls += 1;
                 start = end;
             }
-            let reply = self.run_on(&pool, "renew", calls, deadline, false, &|conn| {
-                let replies = query_loading(conn, script, |conn| {
-                    query_pipeline_by(conn, &pipe, calls, deadline, self.response_timeout)
-                })?;
-                replies
-                    .into_iter()
-                    .map(|reply| redis::from_redis_value::<Vec<i64>>(reply).map_err(Into::into))
-                    .collect::<RedisResult<Vec<Vec<i64>>>>()
-            });
+            let reply = self.run_on(
+                &pool,
+                "renew",
+                calls,
+                deadline,
+                false,
+                (
+                    &|conn: &mut Connection| {
+                        let replies = query_loading(conn, script, |conn| {
+                            query_pipeline_by(conn, &pipe, calls, deadline, self.response_timeout)
+                        })?;
+                        replies
+                            .into_iter()
+                            .map(|reply| {
+                                redis::from_redis_value::<Vec<i64>>(reply).map_err(Into::into)
+                            })
+                            .collect::<RedisResult<Vec<Vec<i64>>>>()
+                    },
+                    &|_| false,
+                ),
+            );
             match reply {
                 Ok(replies) => {
                     let flat: Vec<i64> = replies.into_iter().flatten().collect();
@@ -592,6 +627,18 @@ impl LockStore {
         self.run_within(operation, name, commands, self.response_timeout, op)
     }
 
+    /// [`run`](Self::run) for an acquire attempt: replica sync waits for the replicas only
+    /// when `acquired` says the reply is a hold taken (an attempt that found the lock held
+    /// wrote nothing, and waiting for replicas that lag would only fail it).
+    fn run_attempt<T>(
+        &self,
+        name: &str,
+        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        acquired: impl Fn(&T) -> bool,
+    ) -> Result<T> {
+        self.run_within_if("acquire", name, 1, self.response_timeout, op, &acquired)
+    }
+
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
     /// that serves `name` (any master for `""`), and returns within `budget` in all: waiting
     /// for a connection, connecting, retries and every reply share it (a call must return
@@ -610,16 +657,31 @@ impl LockStore {
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
+        self.run_within_if(operation, name, commands, budget, op, &|_| true)
+    }
+
+    /// [`run_within`](Self::run_within), where replica sync waits for the replicas only when
+    /// `wrote` says of the reply that the script changed something.
+    fn run_within_if<T>(
+        &self,
+        operation: &'static str,
+        name: &str,
+        commands: u64,
+        budget: Duration,
+        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        wrote: &dyn Fn(&T) -> bool,
+    ) -> Result<T> {
         let started = Instant::now();
         let deadline = started + budget.max(Duration::from_millis(1));
         let (mut pool, mut generation) = self.topology.route(name)?;
         let mut asking = false;
         let mut redirects = 0;
         loop {
-            let failed = match self.run_on(&pool, operation, commands, deadline, asking, &op) {
-                Ok(value) => return Ok(value),
-                Err(failed) => failed,
-            };
+            let failed =
+                match self.run_on(&pool, operation, commands, deadline, asking, (&op, wrote)) {
+                    Ok(value) => return Ok(value),
+                    Err(failed) => failed,
+                };
             let time_left = Instant::now() < deadline;
             asking = false;
             if let Some((addr, ask)) = failed.redirection() {
@@ -653,6 +715,7 @@ impl LockStore {
                 );
                 self.topology.refresh(generation);
                 (pool, generation) = self.topology.route(name)?;
+                // `run_on` sends nothing once the deadline has passed.
                 continue;
             }
             return Err(failed.into_error(self, operation, name).timed(started));
@@ -662,16 +725,24 @@ impl LockStore {
     /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
     /// `asking`), retrying once on a fresh connection when a reused one turned out dead; then,
     /// for acquires and releases with replica sync on, waits for the replicas.
-    fn run_on<T>(
+    fn run_on<T, F: Fn(&mut Connection) -> RedisResult<T>>(
         &self,
         pool: &Pool,
         operation: &'static str,
         commands: u64,
         deadline: Instant,
         asking: bool,
-        op: &impl Fn(&mut Connection) -> RedisResult<T>,
+        (op, wrote): (&F, &dyn Fn(&T) -> bool),
     ) -> std::result::Result<T, Failed> {
         let mut conn = pool.get_by(deadline).map_err(Failed::Other)?;
+        if Instant::now() >= deadline {
+            // An idle connection is handed out whatever the time: a command sent now could
+            // only run with its reply given up on (a hold nobody knows of, for an acquire).
+            return Err(Failed::Other(Error::Timeout {
+                operation,
+                after: Duration::ZERO,
+            }));
+        }
         self.counters.sent(commands + u64::from(asking));
         let mut result = self.call(&mut conn, commands, deadline, asking, op);
         if let Err(err) = &result {
@@ -718,7 +789,7 @@ impl LockStore {
                     Err(_) => pool.set_replicas(pool.replicas()),
                 }
             }
-            if is_replicated_operation(operation) && pool.replicas() > 0 {
+            if is_replicated_operation(operation) && pool.replicas() > 0 && wrote(&value) {
                 match self.wait_for_replicas(pool, &mut conn, operation, timeout) {
                     Ok(()) => {}
                     // A release happened whatever the replicas say: the lock is free on the

@@ -61,9 +61,22 @@ impl Waiters {
         }
     }
 
+    /// The server confirmed a subscription for these waiters. When they were subscribed
+    /// before (this is a resubscription: after a reconnect, a failover, a resharding),
+    /// releases announced in between were missed: every waiter looks again now that the new
+    /// subscription would hear the next one. (Letting them look when the resubscription was
+    /// sent is too early: a release between their look and the confirmation goes unheard.)
     pub(crate) fn mark_subscribed(&self) {
-        self.state.lock().subscribed = true;
+        let mut state = self.state.lock();
+        let again = std::mem::replace(&mut state.subscribed, true);
+        if again {
+            state.permits = state.waiters;
+        }
+        drop(state);
         self.ready.notify_all();
+        if again {
+            self.permit.notify_all();
+        }
     }
 
     /// A `0` message: one waiter may try again.

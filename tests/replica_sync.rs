@@ -155,3 +155,28 @@ fn a_replica_added_later_is_waited_for_once_counted_again() {
     assert!(on_replica);
     guard.unlock().expect("unlock");
 }
+
+#[test]
+fn an_attempt_that_finds_the_lock_held_waits_for_no_replica() {
+    let (master, replica) = master_with_replica();
+    let holder = LockManager::new(&master.url()).expect("holder");
+    let waiter = LockManager::builder(&master.url())
+        .replica_sync_timeout(Duration::from_millis(500))
+        .build()
+        .expect("waiter");
+    let guard = holder.lock("taken").expect("lock");
+    // While the replica lags, an attempt that took nothing must not wait for it (and fail
+    // with NotReplicated): it wrote nothing.
+    replica.freeze();
+    let before = waiter.stats().commands;
+    let outcome = waiter.try_lock("taken", Duration::ZERO);
+    let sent = waiter.stats().commands - before;
+    replica.thaw();
+    assert!(
+        matches!(outcome, Ok(None)),
+        "an attempt on a held lock: {:?}",
+        outcome.map(|g| g.is_some())
+    );
+    assert_eq!(sent, 1, "the attempt was followed by a WAIT");
+    guard.unlock().expect("unlock");
+}
