@@ -517,7 +517,12 @@ impl Topology {
         let mut last_error = None;
         for sentinel in sentinels {
             let asked = (|| -> Result<(String, u16, usize)> {
-                let mut conn = self.nodes.probe(sentinel.clone())?;
+                // A sentinel has no databases (it refuses SELECT): a database in the URL
+                // is the master's.
+                let settings = sentinel.redis_settings().clone().set_db(0);
+                let mut conn = self
+                    .nodes
+                    .probe(sentinel.clone().set_redis_settings(settings))?;
                 let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
                     cmd.query(conn).map_err(|source| Error::Redis {
                         operation: "asking a sentinel for the master",

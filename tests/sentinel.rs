@@ -225,3 +225,36 @@ fn a_failover_the_sentinels_were_asked_for_is_followed() {
     assert!(still, "the hold is on the new master");
     held.unlock().expect("unlock on the new master");
 }
+
+#[test]
+fn a_database_in_the_url_is_the_masters() {
+    let sentinel = RedisSentinel::start();
+    // Sentinels have no databases (they refuse SELECT): the database is used on the master.
+    let hosts: Vec<String> = sentinel
+        .sentinel_urls()
+        .iter()
+        .map(|u| {
+            u.trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_owned()
+        })
+        .collect();
+    let url = format!(
+        "redis-sentinel://{}/3#{}",
+        hosts.join(","),
+        sentinel.master_name()
+    );
+    let manager = LockManager::new(&url).expect("manager with database 3");
+    let guard = manager.lock("in-db-3").expect("lock");
+    let mut master = conn(sentinel.master_port());
+    let _: () = redis::cmd("SELECT")
+        .arg(3)
+        .query(&mut master)
+        .expect("SELECT");
+    let there: bool = redis::cmd("EXISTS")
+        .arg("in-db-3")
+        .query(&mut master)
+        .expect("EXISTS");
+    assert!(there, "the lock is not in database 3 of the master");
+    guard.unlock().expect("unlock");
+}
