@@ -307,27 +307,8 @@ impl Topology {
         };
         // Asked without holding `refreshing`: a caller whose command failed must never wait
         // behind this routine check (sentinels that do not answer cost a connect timeout
-        // each). Its result is kept only if nobody made a newer map meanwhile.
-        match self.discover(&current) {
-            Ok(map) => {
-                let mut installed = self.map.write();
-                if installed.generation == current.generation {
-                    if map
-                        .masters
-                        .iter()
-                        .map(|p| p.addr())
-                        .ne(installed.masters.iter().map(|p| p.addr()))
-                    {
-                        log::info!(
-                            "topology: the sentinels name a new master: {:?}",
-                            map.masters.iter().map(|p| p.addr()).collect::<Vec<_>>()
-                        );
-                    }
-                    *installed = Arc::new(map);
-                }
-            }
-            Err(err) => log::warn!("could not ask the sentinels for the master: {err}"),
-        }
+        // each).
+        self.install(current.generation, self.discover(&current));
     }
 
     /// Asks the deployment where its masters are now, unless the map is newer than
@@ -341,17 +322,36 @@ impl Topology {
         }
         let result = self.discover(&current);
         *last = Instant::now();
-        match result {
-            Ok(map) => {
-                log::debug!(
-                    "topology: {} master(s): {:?}",
-                    map.masters.len(),
-                    map.masters.iter().map(|p| p.addr()).collect::<Vec<_>>()
-                );
-                *self.map.write() = Arc::new(map);
+        self.install(current.generation, result);
+    }
+
+    /// Makes a newly discovered map the current one, unless the current one is no longer the
+    /// map of `seen_generation` it was discovered from (someone installed a newer one
+    /// meanwhile). A failed discovery is logged and leaves the current map.
+    fn install(&self, seen_generation: u64, discovered: Result<Map>) {
+        let map = match discovered {
+            Ok(map) => map,
+            Err(err) => {
+                log::warn!("could not find the masters again: {err}");
+                return;
             }
-            Err(err) => log::warn!("could not find the masters again: {err}"),
+        };
+        let mut installed = self.map.write();
+        if installed.generation != seen_generation {
+            return;
         }
+        let addrs = |map: &Map| {
+            map.masters
+                .iter()
+                .map(|p| p.addr().to_owned())
+                .collect::<Vec<_>>()
+        };
+        if addrs(&map) == addrs(&installed) {
+            log::debug!("topology: masters unchanged: {:?}", addrs(&map));
+        } else {
+            log::info!("topology: masters now {:?}", addrs(&map));
+        }
+        *installed = Arc::new(map);
     }
 
     /// A new map, reusing `current`'s pools where masters stayed.
