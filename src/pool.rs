@@ -22,8 +22,9 @@ pub(crate) struct Pool {
     /// How many replicas the server had when last asked: acquires and releases wait for one
     /// of them to acknowledge (`LockManagerBuilder::replica_sync`) only when there are some.
     replicas: AtomicUsize,
-    /// When the replicas were last counted.
-    replicas_counted: Mutex<Instant>,
+    /// When the replicas were last counted; `None` until they are (a pool made for a node
+    /// that a redirection named), so that the first acquire there counts them.
+    replicas_counted: Mutex<Option<Instant>>,
     state: Mutex<PoolState>,
     freed: Condvar,
     max_size: usize,
@@ -67,7 +68,7 @@ impl Pool {
         Pool {
             addr: client.get_connection_info().addr().to_string().into(),
             replicas: AtomicUsize::new(0),
-            replicas_counted: Mutex::new(Instant::now()),
+            replicas_counted: Mutex::new(None),
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
             client,
@@ -94,12 +95,15 @@ impl Pool {
 
     pub(crate) fn set_replicas(&self, replicas: usize) {
         self.replicas.store(replicas, Ordering::Relaxed);
-        *self.replicas_counted.lock() = Instant::now();
+        *self.replicas_counted.lock() = Some(Instant::now());
     }
 
-    /// Whether the replicas were counted longer than `age` ago (replicas come and go).
+    /// Whether the replicas were counted longer than `age` ago (replicas come and go), or
+    /// never.
     pub(crate) fn replicas_older_than(&self, age: Duration) -> bool {
-        self.replicas_counted.lock().elapsed() > age
+        self.replicas_counted
+            .lock()
+            .is_none_or(|counted| counted.elapsed() > age)
     }
 
     /// Opens a connection that is not counted against the pool, speaking RESP3: for the
@@ -174,6 +178,18 @@ impl Pool {
                 });
             }
         }
+    }
+
+    /// Takes an idle connection if there is one, never opening or waiting for one: for the
+    /// renewal sweep, which writes to every master whose connection is at hand before it may
+    /// spend its time connecting to one that does not answer.
+    pub(crate) fn get_idle(&self) -> Result<Option<PooledConnection<'_>>> {
+        self.origin.check()?;
+        Ok(self.state.lock().idle.pop().map(|conn| PooledConnection {
+            pool: self,
+            conn: Some(conn),
+            reused: true,
+        }))
     }
 
     /// Opens a fresh connection outside the idle list, by `deadline`, for a retry after a

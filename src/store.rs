@@ -23,6 +23,8 @@ use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::topology::Topology;
 
+mod renewal;
+
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
 const RENEW_KEYS_PER_CALL: usize = 100;
@@ -418,114 +420,6 @@ impl LockStore {
         )
     }
 
-    /// Renews the entries of `batch` with one pipeline per master, the masters one after
-    /// another, all within `budget`. `call` adds one call of `script` for a chunk of entries
-    /// to a pipeline, and that call's reply is a list of 0/1, one per entry, in order. A chunk
-    /// has at most `per_call` entries, and on a cluster all of one slot (a script's keys must
-    /// share a slot there). A master that fails leaves its entries `None` (the watchdog tries
-    /// them again) and does not hold up the others.
-    pub(crate) fn per_master(
-        &self,
-        batch: &[(&str, &str)],
-        budget: Duration,
-        per_call: usize,
-        script: &redis::Script,
-        call: impl Fn(&mut redis::Pipeline, &[(&str, &str)]),
-    ) -> Vec<Option<bool>> {
-        let deadline = Instant::now() + budget;
-        let mut renewed = vec![None; batch.len()];
-        let map = self.topology.map();
-        let cluster = self.topology.is_cluster();
-        let mut groups: Vec<(Arc<Pool>, Vec<usize>)> = Vec::new();
-        for (i, (name, _)) in batch.iter().enumerate() {
-            let Some(pool) = map.master_for(name) else {
-                continue; // no master for the slot now: next sweep
-            };
-            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, pool)) {
-                Some((_, entries)) => entries.push(i),
-                None => groups.push((Arc::clone(pool), vec![i])),
-            }
-        }
-        if groups.is_empty() && !batch.is_empty() {
-            self.topology.refresh(map.generation);
-        }
-        for (pool, mut entries) in groups {
-            if cluster {
-                entries.sort_by_key(|&i| crate::slot::of(batch[i].0.as_bytes()));
-            }
-            let mut pipe = redis::pipe();
-            let mut calls = 0u64;
-            let mut start = 0;
-            while start < entries.len() {
-                let slot_of = |i: usize| cluster.then(|| crate::slot::of(batch[i].0.as_bytes()));
-                let first = slot_of(entries[start]);
-                let mut end = start + 1;
-                while end < entries.len()
-                    && end - start < per_call
-                    && slot_of(entries[end]) == first
-                {
-                    end += 1;
-                }
-                let chunk: Vec<(&str, &str)> =
-                    entries[start..end].iter().map(|&i| batch[i]).collect();
-                call(&mut pipe, &chunk);
-                calls += 1;
-                start = end;
-            }
-            let reply = self.run_on(
-                &pool,
-                "renew",
-                calls,
-                deadline,
-                false,
-                (
-                    &|conn: &mut Connection| {
-                        let replies = query_loading(conn, script, |conn| {
-                            query_pipeline_by(conn, &pipe, calls, deadline, self.response_timeout)
-                        })?;
-                        replies
-                            .into_iter()
-                            .map(|reply| {
-                                redis::from_redis_value::<Vec<i64>>(reply).map_err(Into::into)
-                            })
-                            .collect::<RedisResult<Vec<Vec<i64>>>>()
-                    },
-                    &|_| false,
-                ),
-            );
-            match reply {
-                Ok(replies) => {
-                    let flat: Vec<i64> = replies.into_iter().flatten().collect();
-                    if flat.len() != entries.len() {
-                        // A reply that does not match the request must not mark holds lost.
-                        log::warn!(
-                            "lock renewal at {}: {} replies for {} locks; retrying",
-                            pool.addr(),
-                            flat.len(),
-                            entries.len()
-                        );
-                        continue;
-                    }
-                    for (&i, r) in entries.iter().zip(flat) {
-                        renewed[i] = Some(r == 1);
-                    }
-                }
-                Err(failed) => {
-                    if failed.means_topology_changed(self) {
-                        self.topology.refresh(map.generation);
-                    }
-                    let err = failed.into_error(self, "renew", "");
-                    log::warn!(
-                        "lock renewal of {} locks at {} failed: {err}; retrying",
-                        entries.len(),
-                        pool.addr()
-                    );
-                }
-            }
-        }
-        renewed
-    }
-
     /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
     pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
         let deleted: i64 = self.run("force unlock", &keys.name, 1, |conn| {
@@ -774,28 +668,29 @@ impl LockStore {
             }
         };
         if let Some(timeout) = self.replica_sync {
-            if is_replicated_operation(operation) && pool.replicas_older_than(REPLICAS_RECOUNT) {
-                // Replicas added since the last count must be waited for too.
-                self.counters.sent(1);
-                match redis::cmd("ROLE").query::<redis::Value>(&mut *conn) {
-                    Ok(role) => {
-                        pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
-                    }
-                    Err(err) if is_broken(&err) => {
-                        conn.discard();
-                        return Err(Failed::Redis(err));
-                    }
-                    // Not allowed (an ACL without ROLE): the count stays as it was.
-                    Err(_) => pool.set_replicas(pool.replicas()),
-                }
-            }
-            if is_replicated_operation(operation) && pool.replicas() > 0 && wrote(&value) {
-                match self.wait_for_replicas(pool, &mut conn, operation, timeout) {
+            if is_replicated_operation(operation) {
+                let wrote = wrote(&value);
+                match self.sync_replicas(pool, &mut conn, operation, timeout, wrote) {
                     Ok(()) => {}
                     // A release happened whatever the replicas say: the lock is free on the
                     // master, and failing the unlock would only make the caller retry it.
                     Err(Failed::Other(err)) if operation == "release" => {
                         log::warn!("release at {}: {err}", pool.addr());
+                    }
+                    // The acquire took its hold, and whether a replica has it is unknown:
+                    // the caller rolls it back as it does when none acknowledged (a plain
+                    // error would leave a hold that nobody releases or renews).
+                    Err(Failed::Redis(err)) if wrote && operation == "acquire" => {
+                        conn.discard();
+                        log::warn!(
+                            "acquire at {}: the replicas' acknowledgement was lost ({err})",
+                            pool.addr()
+                        );
+                        return Err(Failed::Other(Error::NotReplicated {
+                            operation,
+                            replicas: pool.replicas(),
+                            timeout,
+                        }));
                     }
                     Err(failed) => {
                         if matches!(failed, Failed::Redis(_)) {
@@ -807,6 +702,34 @@ impl LockStore {
             }
         }
         Ok(value)
+    }
+
+    /// After an acquire or release with replica sync on: counts the master's replicas again
+    /// when the count is old (replicas added since must be waited for too), then, when the
+    /// script `wrote` and there are replicas, waits for one of them.
+    fn sync_replicas(
+        &self,
+        pool: &Pool,
+        conn: &mut crate::pool::PooledConnection<'_>,
+        operation: &'static str,
+        timeout: Duration,
+        wrote: bool,
+    ) -> std::result::Result<(), Failed> {
+        if pool.replicas_older_than(REPLICAS_RECOUNT) {
+            self.counters.sent(1);
+            match redis::cmd("ROLE").query::<redis::Value>(&mut **conn) {
+                Ok(role) => {
+                    pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
+                }
+                Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
+                // Not allowed (an ACL without ROLE): the count stays as it was.
+                Err(_) => pool.set_replicas(pool.replicas()),
+            }
+        }
+        if wrote && pool.replicas() > 0 {
+            self.wait_for_replicas(pool, conn, operation, timeout)?;
+        }
+        Ok(())
     }
 
     /// `WAIT <replicas> <timeout>` on the connection that just wrote: fails when no replica
@@ -963,54 +886,6 @@ impl Error {
     }
 }
 
-/// Sends `pipe` (`replies` commands) and reads the replies one by one, each within what is
-/// left until `deadline` (and one response timeout), and stops at `deadline`: a renewal of
-/// thousands of locks is one pipeline per master, and the server answers only once it has run
-/// them all, so a share of the time per reply (as `LockStore::call` gives) would be too short
-/// for the first, while a paused server must not hold the watchdog past the leases. An error
-/// reply is returned after all replies were read, so the connection stays usable; a timeout
-/// leaves it in an unknown state, and the caller discards it.
-fn query_pipeline_by(
-    conn: &mut Connection,
-    pipe: &redis::Pipeline,
-    replies: u64,
-    deadline: Instant,
-    response_timeout: Duration,
-) -> RedisResult<Vec<redis::Value>> {
-    let timed_out = || {
-        RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "the pipeline's replies did not all come in time",
-        ))
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(timed_out());
-    }
-    conn.set_read_timeout(Some(left.min(response_timeout)))?;
-    conn.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut values = Vec::with_capacity(usize::try_from(replies).unwrap_or(0));
-    let mut first_error = None;
-    for _ in 0..replies {
-        match conn.recv_response()? {
-            redis::Value::ServerError(err) => {
-                first_error.get_or_insert(RedisError::from(err));
-                values.push(redis::Value::Nil);
-            }
-            value => values.push(value),
-        }
-        if Instant::now() > deadline {
-            return Err(timed_out());
-        }
-    }
-    // The connection goes back to the pool with the timeout every call expects.
-    conn.set_read_timeout(Some(response_timeout))?;
-    match first_error {
-        Some(err) => Err(err),
-        None => Ok(values),
-    }
-}
-
 /// Acquires and releases of locks wait for replicas when replica sync is on (docs/DESIGN.md,
 /// "Replica acknowledgement"): every lock kind's scripts go through here under these names.
 fn is_replicated_operation(operation: &str) -> bool {
@@ -1055,23 +930,6 @@ fn query_loading_scripts<T>(
     match query(conn) {
         Err(err) if is_noscript(&err) || has_noscript(&err) => {
             Scripts::load_all().query::<()>(conn)?;
-            query(conn)
-        }
-        other => other,
-    }
-}
-
-/// Runs `query`, which uses `script`; when the server does not have it (a restart, `SCRIPT
-/// FLUSH`), loads it and runs `query` once more: for the scripts of other lock kinds, which
-/// live with their kinds.
-pub(crate) fn query_loading<T>(
-    conn: &mut Connection,
-    script: &redis::Script,
-    query: impl Fn(&mut Connection) -> RedisResult<T>,
-) -> RedisResult<T> {
-    match query(conn) {
-        Err(err) if is_noscript(&err) || has_noscript(&err) => {
-            script.load(conn)?;
             query(conn)
         }
         other => other,

@@ -10,11 +10,15 @@
 //! turn, confirmed by the master's own `ROLE`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{
+    Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo,
+    Value,
+};
 
 use crate::config::Config;
 use crate::endpoints::Endpoints;
@@ -161,6 +165,9 @@ pub(crate) struct Topology {
     /// the slot's master (Redis 7 sharded pub/sub), as Redisson does when the cluster
     /// supports it.
     sharded_pubsub: bool,
+    /// Sentinel only: the sentinels refused the URL's credentials and answered without them
+    /// (see [`Topology::probe_sentinel`]); later discoveries go without them at once.
+    sentinels_without_auth: AtomicBool,
 }
 
 impl Topology {
@@ -218,6 +225,7 @@ impl Topology {
             })),
             refreshing: Mutex::new(Instant::now()),
             sharded_pubsub: false,
+            sentinels_without_auth: AtomicBool::new(false),
         };
         let map = topology.discover(&Map {
             generation: 0,
@@ -517,12 +525,7 @@ impl Topology {
         let mut last_error = None;
         for sentinel in sentinels {
             let asked = (|| -> Result<(String, u16, usize)> {
-                // A sentinel has no databases (it refuses SELECT): a database in the URL
-                // is the master's.
-                let settings = sentinel.redis_settings().clone().set_db(0);
-                let mut conn = self
-                    .nodes
-                    .probe(sentinel.clone().set_redis_settings(settings))?;
+                let mut conn = self.probe_sentinel(sentinel)?;
                 let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
                     cmd.query(conn).map_err(|source| Error::Redis {
                         operation: "asking a sentinel for the master",
@@ -549,13 +552,24 @@ impl Topology {
                 // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
                 // counts (a sentinel's own list lags behind).
                 let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
-                let role: Value =
-                    redis::cmd("ROLE")
-                        .query(&mut master)
-                        .map_err(|source| Error::Redis {
+                let role: Value = match redis::cmd("ROLE").query(&mut master) {
+                    Ok(role) => role,
+                    // A user without the right to ROLE (an ACL without @admin) takes the
+                    // sentinel's word: replica sync is then off for this master.
+                    Err(source) if source.code() == Some("NOPERM") => {
+                        log::info!(
+                            "cannot check the master's role at {host}:{port} ({source}); \
+                             taking the sentinel's word, and acquires will not wait for replicas"
+                        );
+                        return Ok((host, port, 0));
+                    }
+                    Err(source) => {
+                        return Err(Error::Redis {
                             operation: "checking the master's role",
                             source,
-                        })?;
+                        })
+                    }
+                };
                 match role {
                     Value::Array(_) if replicas_of_role(&role).is_some() => {
                         Ok((host, port, replicas_of_role(&role).unwrap_or(0)))
@@ -579,6 +593,50 @@ impl Topology {
             }
         }
         Err(last_error.unwrap_or_else(|| Error::invalid("sentinel URLs", "none")))
+    }
+}
+
+impl Topology {
+    /// A connection to a sentinel. The URL's credentials are the master's; sentinels often
+    /// have none of their own (Redis then refuses any AUTH), so when they refuse the
+    /// credentials, the sentinel is asked without them. A sentinel that needs other
+    /// credentials than the master is not supported: its answer without them is NOAUTH, and
+    /// the first error is reported.
+    fn probe_sentinel(&self, sentinel: &ConnectionInfo) -> Result<Connection> {
+        // A sentinel has no databases (it refuses SELECT): a database in the URL is the
+        // master's.
+        let settings = sentinel.redis_settings();
+        let with_auth = settings.clone().set_db(0);
+        let without_auth = RedisConnectionInfo::default().set_protocol(settings.protocol());
+        let has_auth = settings.password().is_some() || settings.username().is_some();
+        let probe = |settings: RedisConnectionInfo| {
+            self.nodes
+                .probe(sentinel.clone().set_redis_settings(settings))
+        };
+        if !has_auth || self.sentinels_without_auth.load(Ordering::Relaxed) {
+            return probe(without_auth);
+        }
+        match probe(with_auth) {
+            Err(Error::Connect { source })
+                if source.kind() == redis::ErrorKind::AuthenticationFailed =>
+            {
+                let mut conn = probe(without_auth).map_err(|_| Error::Connect {
+                    source: source.clone(),
+                })?;
+                // Connected, but is the sentinel open to everyone? A PING says.
+                redis::cmd("PING")
+                    .query::<()>(&mut conn)
+                    .map_err(|_| Error::Connect { source })?;
+                log::info!(
+                    "the sentinel at {} refused the URL's credentials and answers without \
+                     them; they are used for the master only",
+                    sentinel.addr()
+                );
+                self.sentinels_without_auth.store(true, Ordering::Relaxed);
+                Ok(conn)
+            }
+            other => other,
+        }
     }
 }
 

@@ -553,3 +553,94 @@ fn every_lock_kind_is_woken_by_sharded_pub_sub() {
     );
     assert!(after < prompt, "count-down latch: {after:?}");
 }
+
+#[test]
+fn renewals_follow_ask_and_a_stalled_master_costs_the_others_nothing() {
+    let cluster = RedisCluster::start();
+    let lease = Duration::from_millis(1_500);
+    let manager = manager_with_lease(&cluster, lease);
+    let masters = cluster.master_ports();
+
+    // A slot half-way through a migration: its key is at the target already, which answers
+    // its renewals only after ASKING. Another lock of the same master must not pay for it.
+    let moving = manager
+        .lock(&name_on(&cluster, masters[0], "moving"))
+        .expect("lock");
+    let staying = manager
+        .lock(&name_on(&cluster, masters[0], "staying"))
+        .expect("lock");
+    let slot = RedisCluster::slot_of(moving.name());
+    assert_ne!(slot, RedisCluster::slot_of(staying.name()));
+    cluster.begin_reshard(slot, masters[1]);
+    let before = manager.stats();
+    std::thread::sleep(lease * 3);
+    assert!(manager.stats().renewal_sweeps - before.renewal_sweeps >= 3);
+    assert!(
+        !staying.is_lost(),
+        "a renewal refused for another slot cost this one"
+    );
+    assert!(
+        !moving.is_lost(),
+        "the migrating slot's hold was not renewed through ASK"
+    );
+    // The target answers for an importing slot only after ASKING.
+    let (at_target,): (i64,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("PTTL")
+        .arg(moving.name())
+        .query(&mut conn(masters[1]))
+        .expect("PTTL");
+    assert!(
+        at_target > 0,
+        "the moved key is gone from the target: {at_target}"
+    );
+    cluster.finish_reshard(slot, masters[1]);
+    moving.unlock().expect("unlock after the migration");
+    staying.unlock().expect("unlock");
+
+    // A master that answers nothing for two leases (paused clients, no failover) holds up
+    // only its own renewals: the other masters' holds stay renewed.
+    let stalled = manager
+        .lock(&name_on(&cluster, masters[0], "stalled"))
+        .expect("lock");
+    let others: Vec<_> = masters[1..]
+        .iter()
+        .map(|&master| {
+            manager
+                .lock(&name_on(&cluster, master, "healthy"))
+                .expect("lock")
+        })
+        .collect();
+    let pause = lease * 2;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query(&mut conn(masters[0]))
+        .expect("CLIENT PAUSE");
+    std::thread::sleep(pause + lease / 2);
+    for guard in &others {
+        assert!(
+            !guard.is_lost(),
+            "{} was lost while another master stalled",
+            guard.name()
+        );
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(guard.name())
+            .query(&mut conn(
+                cluster.master_for_slot(RedisCluster::slot_of(guard.name())),
+            ))
+            .expect("PTTL");
+        assert!(
+            pttl > 0,
+            "{} expired while another master stalled",
+            guard.name()
+        );
+    }
+    for guard in others {
+        guard.unlock().expect("unlock");
+    }
+    // The stalled master's own hold may or may not have outlived the pause.
+    drop(stalled);
+}

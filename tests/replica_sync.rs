@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_lock::LockManager;
+use support::proxy::Proxy;
 use support::RedisServer;
 
 /// A master and one replica that has caught up with it.
@@ -193,4 +194,51 @@ fn wait_calls(server: &RedisServer) -> u64 {
         .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().expect("a WAIT call count"))
+}
+
+/// An acquire that took its hold but whose replica acknowledgement never came back (the
+/// WAIT's reply lost, so whether a replica has the hold is unknown) is rolled back and
+/// reported like one no replica acknowledged, not left in place with an I/O error.
+#[test]
+fn an_acquire_whose_acknowledgement_was_lost_is_rolled_back() {
+    let (master, _replica) = master_with_replica();
+    let proxy = Proxy::start(master.port());
+    let manager = LockManager::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager through the proxy");
+    support::await_listener(&mut master.conn(), &manager);
+    // The reply let through and the one lost are the acquire's and the WAIT's, unless the
+    // listener's connection check came in between: then the scenario is run again.
+    let mut attempts = 0;
+    let err = loop {
+        attempts += 1;
+        assert!(attempts <= 5, "the WAIT's reply was never the one lost");
+        let dropped = proxy.dropped();
+        proxy.drop_reply_after(1);
+        match manager.lock("acknowledgement-lost") {
+            Err(err) => break err,
+            Ok(guard) => {
+                assert!(support::eventually(Duration::from_secs(10), || {
+                    proxy.dropped() > dropped
+                }));
+                guard.unlock().expect("unlock");
+            }
+        }
+    };
+    assert!(err.is_not_replicated(), "{err}");
+    let left: bool = redis::cmd("EXISTS")
+        .arg("acknowledgement-lost")
+        .query(&mut master.conn())
+        .expect("EXISTS on the master");
+    assert!(
+        !left,
+        "the hold whose acknowledgement was lost was left in place"
+    );
+    let guard = manager
+        .lock("acknowledgement-lost")
+        .expect("lock once the replies come through");
+    assert_eq!(guard.lock().hold_count().expect("hold count"), 1);
+    guard.unlock().expect("unlock");
 }

@@ -258,3 +258,80 @@ fn a_database_in_the_url_is_the_masters() {
     assert!(there, "the lock is not in database 3 of the master");
     guard.unlock().expect("unlock");
 }
+
+#[test]
+fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
+    let sentinel = RedisSentinel::start();
+    // The data nodes need a password; the sentinels, as usual, have none (they refuse any
+    // AUTH) and know the master's for their own connections.
+    let password = "s3cret";
+    let config_set = |port: u16, key: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(password)
+            .query(&mut conn(port))
+            .expect("CONFIG SET");
+    };
+    for replica in sentinel.replica_ports() {
+        config_set(replica, "masterauth");
+    }
+    for port in sentinel.sentinel_urls().iter().map(|u| port_of(u)) {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(sentinel.master_name())
+            .arg("auth-pass")
+            .arg(password)
+            .query(&mut conn(port))
+            .expect("SENTINEL SET auth-pass");
+    }
+    for port in sentinel.replica_ports() {
+        config_set(port, "requirepass");
+    }
+    config_set(sentinel.master_port(), "requirepass");
+
+    let hosts: Vec<String> = sentinel
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("127.0.0.1:{}", port_of(u)))
+        .collect();
+    let url = |password: &str| {
+        format!(
+            "redis-sentinel://:{password}@{}#{}",
+            hosts.join(","),
+            sentinel.master_name()
+        )
+    };
+    let manager = LockManager::new(&url(password)).expect("manager with the master's password");
+    let guard = manager.lock("behind-a-password").expect("lock");
+    let mut master = redis::Client::open(format!(
+        "redis://:{password}@127.0.0.1:{}/",
+        sentinel.master_port()
+    ))
+    .expect("client")
+    .get_connection_with_timeout(Duration::from_secs(5))
+    .expect("connection with the password");
+    let there: bool = redis::cmd("EXISTS")
+        .arg("behind-a-password")
+        .query(&mut master)
+        .expect("EXISTS");
+    assert!(there, "the lock is not on the master");
+    guard.unlock().expect("unlock");
+
+    // A wrong password is still refused, by the master, with a clear error.
+    let err = LockManager::new(&url("wrong")).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("auth"),
+        "the error does not say authentication failed: {err}"
+    );
+}
+
+/// The port of a `redis://127.0.0.1:PORT/` URL.
+fn port_of(url: &str) -> u16 {
+    url.trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port in the URL")
+}

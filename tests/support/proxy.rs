@@ -18,6 +18,8 @@ pub struct Proxy {
 struct Shared {
     /// Replies (server-to-client reads) still to swallow.
     drop_replies: AtomicUsize,
+    /// Replies to let through before the next one swallowed.
+    skip_replies: AtomicUsize,
     /// Replies swallowed so far.
     dropped: AtomicUsize,
     stopped: AtomicBool,
@@ -74,6 +76,13 @@ impl Proxy {
         self.shared.drop_replies.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// The reply after the next `skip` replies (on any connection) never reaches the client:
+    /// for a command whose reply comes after others (a `WAIT` after its acquire).
+    pub fn drop_reply_after(&self, skip: usize) {
+        self.shared.skip_replies.store(skip, Ordering::SeqCst);
+        self.shared.drop_replies.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// How many replies were swallowed.
     pub fn dropped(&self) -> usize {
         self.shared.dropped.load(Ordering::SeqCst)
@@ -107,10 +116,16 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
                 Ok(n) => n,
             };
             if let Some(shared) = &replies {
-                let swallow = shared
-                    .drop_replies
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
+                let skipped = shared.drop_replies.load(Ordering::SeqCst) > 0
+                    && shared
+                        .skip_replies
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                let swallow = !skipped
+                    && shared
+                        .drop_replies
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
                 if swallow {
                     shared.dropped.fetch_add(1, Ordering::SeqCst);
                     continue;

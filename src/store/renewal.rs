@@ -1,0 +1,428 @@
+//! Renewal sweeps on the wire: the holds due, renewed with one pipeline per master, every
+//! master's pipeline sent before any reply is read (docs/DESIGN.md, "Renewal sweeps").
+//!
+//! A renewal only sets a TTL, so sending it again is always safe; what must not happen is
+//! that one master, or one call, costs the others their renewals:
+//! - A master that stalls holds up only its own pipeline: the others were sent already, and
+//!   their replies wait in their sockets.
+//! - Each call of a pipeline stands alone: an error reply (a slot moving under ASK, a script
+//!   the server lost) costs that call's entries, never the whole master's.
+//! - Calls redirected by MOVED or ASK, or refused with NOSCRIPT, are sent once more in the
+//!   same sweep, to the node named (after `ASKING` for ASK) or with the script loaded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{RedisError, Value};
+
+use super::{is_broken, is_dead_connection, LockStore};
+use crate::error::{Error, Result};
+use crate::pool::{Pool, PooledConnection};
+
+/// The shortest read timeout a pipeline's replies get: after the sweep's deadline, replies
+/// already in the socket are still read (their renewals happened), and no more are waited for.
+const READ_AFTER_DEADLINE: Duration = Duration::from_millis(1);
+
+/// One pipeline of renewal calls for one node.
+struct Target {
+    pool: Arc<Pool>,
+    /// `ASKING` before each call: the node is importing the calls' slots (an ASK reply).
+    asking: bool,
+    /// Each call's entries, as indices into the batch.
+    calls: Vec<Vec<usize>>,
+}
+
+/// A call to send again in the same sweep.
+struct Again {
+    pool: Arc<Pool>,
+    asking: bool,
+    call: Vec<usize>,
+}
+
+/// What became of one call of a pipeline.
+enum CallOutcome {
+    /// Per entry, 1 when the hold was there and renewed.
+    Renewed(Vec<i64>),
+    /// MOVED or ASK: the node's address, and whether it is ASK.
+    Redirected(String, bool),
+    /// The server has no such script (a restart, a failover to a node that never loaded it).
+    NoScript,
+    /// Any other error reply: the entries are tried again at the next sweep.
+    Refused(RedisError),
+}
+
+impl LockStore {
+    /// Renews the entries of `batch` with one pipeline per master, all masters' pipelines
+    /// sent before any reply is read, all within `budget` (see the module's docs). `call`
+    /// adds one call of `script` for a chunk of entries to a pipeline, and that call's reply
+    /// is a list of 0/1, one per entry, in order. A chunk has at most `per_call` entries, and
+    /// on a cluster all of one slot (a script's keys must share a slot there). Entries whose
+    /// master did not answer are left `None`, for the watchdog to try again.
+    pub(crate) fn per_master(
+        &self,
+        batch: &[(&str, &str)],
+        budget: Duration,
+        per_call: usize,
+        script: &redis::Script,
+        call: impl Fn(&mut redis::Pipeline, &[(&str, &str)]),
+    ) -> Vec<Option<bool>> {
+        let deadline = Instant::now() + budget;
+        let mut renewed = vec![None; batch.len()];
+        let map = self.topology.map();
+        let targets = self.renewal_targets(&map, batch, per_call);
+        if targets.is_empty() && !batch.is_empty() {
+            self.topology.refresh(map.generation);
+        }
+        let sweep = Sweep {
+            store: self,
+            batch,
+            script,
+            call: &call,
+            deadline,
+            generation: map.generation,
+        };
+        let again = sweep.run(&targets, &mut renewed);
+        if !again.is_empty() && Instant::now() < deadline {
+            // Once more, where the servers said; what fails again waits for the next sweep.
+            let mut targets: Vec<Target> = Vec::new();
+            for Again { pool, asking, call } in again {
+                match targets
+                    .iter_mut()
+                    .find(|t| Arc::ptr_eq(&t.pool, &pool) && t.asking == asking)
+                {
+                    Some(target) => target.calls.push(call),
+                    None => targets.push(Target {
+                        pool,
+                        asking,
+                        calls: vec![call],
+                    }),
+                }
+            }
+            let left = sweep.run(&targets, &mut renewed);
+            if !left.is_empty() {
+                log::debug!(
+                    "lock renewal: {} calls redirected twice; retrying at the next sweep",
+                    left.len()
+                );
+            }
+        }
+        renewed
+    }
+
+    /// The batch's entries grouped by their master in `map`, and cut into calls: at most
+    /// `per_call` entries each, and on a cluster all of one slot.
+    fn renewal_targets(
+        &self,
+        map: &crate::topology::Map,
+        batch: &[(&str, &str)],
+        per_call: usize,
+    ) -> Vec<Target> {
+        let cluster = self.topology.is_cluster();
+        let mut groups: Vec<(Arc<Pool>, Vec<usize>)> = Vec::new();
+        for (i, (name, _)) in batch.iter().enumerate() {
+            let Some(pool) = map.master_for(name) else {
+                continue; // no master for the slot now: next sweep
+            };
+            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, pool)) {
+                Some((_, entries)) => entries.push(i),
+                None => groups.push((Arc::clone(pool), vec![i])),
+            }
+        }
+        let slot_of = |i: usize| cluster.then(|| crate::slot::of(batch[i].0.as_bytes()));
+        groups
+            .into_iter()
+            .map(|(pool, mut entries)| {
+                if cluster {
+                    entries.sort_by_key(|&i| slot_of(i));
+                }
+                let mut calls: Vec<Vec<usize>> = Vec::new();
+                for i in entries {
+                    match calls.last_mut() {
+                        Some(last) if last.len() < per_call && slot_of(last[0]) == slot_of(i) => {
+                            last.push(i)
+                        }
+                        _ => calls.push(vec![i]),
+                    }
+                }
+                Target {
+                    pool,
+                    asking: false,
+                    calls,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One round of a renewal sweep: what every target's pipeline is made of, and its deadline.
+struct Sweep<'a, F> {
+    store: &'a LockStore,
+    batch: &'a [(&'a str, &'a str)],
+    script: &'a redis::Script,
+    call: &'a F,
+    deadline: Instant,
+    /// The map the targets were taken from: a MOVED reply asks for a newer one.
+    generation: u64,
+}
+
+impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
+    /// Sends every target's pipeline, then reads each one's replies into `renewed`. Returns
+    /// the calls to send again (redirected, or refused for a missing script).
+    ///
+    /// Targets with an idle connection at hand go first, all written before any reply is
+    /// read; then the others, each connecting in turn: a master that answers nothing (its
+    /// connection was dropped after the last sweep timed out) must not cost the rest the
+    /// time it takes to fail connecting.
+    fn run(&self, targets: &[Target], renewed: &mut [Option<bool>]) -> Vec<Again> {
+        let mut sent = Vec::with_capacity(targets.len());
+        let mut unconnected = Vec::new();
+        for target in targets {
+            let packed = self.pipeline(target).get_packed_pipeline();
+            match target.pool.get_idle() {
+                Ok(Some(mut conn)) => match self.send_on(target, &mut conn, &packed) {
+                    Ok(()) => sent.push((target, packed, conn)),
+                    Err(_) => {
+                        // Dead while idle (a restart, a timeout on the server's side): the
+                        // pipeline goes out again on a new connection below.
+                        conn.discard();
+                        unconnected.push((target, packed));
+                    }
+                },
+                Ok(None) => unconnected.push((target, packed)),
+                Err(err) => self.failed(target, &err),
+            }
+        }
+        let mut again = Vec::new();
+        for (target, packed, conn) in sent {
+            self.read(target, &packed, conn, renewed, &mut again);
+        }
+        for (target, packed) in unconnected {
+            match self.send(target, &packed) {
+                Ok(conn) => self.read(target, &packed, conn, renewed, &mut again),
+                Err(err) => self.failed(target, &err),
+            }
+        }
+        again
+    }
+
+    /// The target's pipeline: one script call per chunk, each after `ASKING` when asked.
+    fn pipeline(&self, target: &Target) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for call in &target.calls {
+            if target.asking {
+                pipe.cmd("ASKING");
+            }
+            let chunk: Vec<(&str, &str)> = call.iter().map(|&i| self.batch[i]).collect();
+            (self.call)(&mut pipe, &chunk);
+        }
+        pipe
+    }
+
+    /// Writes the pipeline on a pooled connection to the target's node, by the deadline.
+    fn send<'t>(&self, target: &'t Target, packed: &[u8]) -> Result<PooledConnection<'t>> {
+        let mut conn = target.pool.get_by(self.deadline)?;
+        self.send_on(target, &mut conn, packed)?;
+        Ok(conn)
+    }
+
+    fn send_on(
+        &self,
+        target: &Target,
+        conn: &mut PooledConnection<'_>,
+        packed: &[u8],
+    ) -> Result<()> {
+        if Instant::now() >= self.deadline {
+            // An idle connection is handed out whatever the time.
+            return Err(Error::Timeout {
+                operation: "renew",
+                after: Duration::ZERO,
+            });
+        }
+        let calls = target.calls.len() as u64;
+        self.store
+            .counters
+            .sent(if target.asking { 2 * calls } else { calls });
+        conn.send_packed_command(packed)
+            .map_err(|source| self.store.classify("renew", "", source))
+    }
+
+    /// Reads the target's replies into `renewed`, and queues in `again` the calls to send once
+    /// more. A pooled connection that turns out dead (a restart) is replaced once.
+    fn read<'t>(
+        &self,
+        target: &'t Target,
+        packed: &[u8],
+        mut conn: PooledConnection<'t>,
+        renewed: &mut [Option<bool>],
+        again: &mut Vec<Again>,
+    ) {
+        let mut replaced = false;
+        let outcomes = loop {
+            let err = match self.replies(target, &mut conn) {
+                Ok(outcomes) => break outcomes,
+                Err(err) => err,
+            };
+            let retry = conn.reused && !replaced && is_dead_connection(&err);
+            conn.discard(); // its state is unknown
+            if !retry {
+                self.failed(target, &self.store.classify("renew", "", err));
+                return;
+            }
+            replaced = true;
+            let fresh = target
+                .pool
+                .get_fresh_by(self.deadline)
+                .and_then(|mut fresh| {
+                    self.store.counters.reconnect();
+                    self.send_on(target, &mut fresh, packed)?;
+                    Ok(fresh)
+                });
+            conn = match fresh {
+                Ok(fresh) => fresh,
+                Err(err) => {
+                    self.failed(target, &err);
+                    return;
+                }
+            };
+        };
+        let mut refused: Option<(usize, RedisError)> = None;
+        let mut load_script = false;
+        for (call, outcome) in target.calls.iter().zip(outcomes) {
+            match outcome {
+                CallOutcome::Renewed(flags) if flags.len() == call.len() => {
+                    for (&i, flag) in call.iter().zip(flags) {
+                        renewed[i] = Some(flag == 1);
+                    }
+                }
+                CallOutcome::Renewed(flags) => {
+                    // A reply that does not match the request must not mark holds lost.
+                    log::warn!(
+                        "lock renewal at {}: {} replies for {} locks; retrying",
+                        target.pool.addr(),
+                        flags.len(),
+                        call.len()
+                    );
+                }
+                CallOutcome::Redirected(addr, ask) => {
+                    if !ask {
+                        self.store.topology.refresh(self.generation);
+                    }
+                    match self.store.topology.node(&addr) {
+                        Ok(pool) => again.push(Again {
+                            pool,
+                            asking: ask,
+                            call: call.clone(),
+                        }),
+                        Err(err) => log::warn!("lock renewal: redirected to {addr}: {err}"),
+                    }
+                }
+                CallOutcome::NoScript => {
+                    load_script = true;
+                    again.push(Again {
+                        pool: Arc::clone(&target.pool),
+                        asking: target.asking,
+                        call: call.clone(),
+                    });
+                }
+                CallOutcome::Refused(err) => {
+                    let (count, _) = refused.get_or_insert((0, err));
+                    *count += call.len();
+                }
+            }
+        }
+        if load_script {
+            self.store.counters.sent(1);
+            if let Err(err) = self.script.load(&mut *conn) {
+                log::warn!(
+                    "lock renewal: loading the script at {}: {err}",
+                    target.pool.addr()
+                );
+                if is_broken(&err) {
+                    conn.discard();
+                }
+            }
+        }
+        if let Some((count, err)) = refused {
+            if self.store.topology.follows_failovers() && means_moving(&err) {
+                self.store.topology.refresh(self.generation);
+            }
+            log::warn!(
+                "lock renewal of {count} locks at {} refused: {err}; retrying",
+                target.pool.addr()
+            );
+        }
+    }
+
+    /// Reads one reply per call (and the `ASKING` replies before them), each within the time
+    /// left; after the deadline only what has arrived already.
+    fn replies(
+        &self,
+        target: &Target,
+        conn: &mut PooledConnection<'_>,
+    ) -> redis::RedisResult<Vec<CallOutcome>> {
+        let response_timeout = self.store.response_timeout;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        conn.set_read_timeout(Some(left.clamp(READ_AFTER_DEADLINE, response_timeout)))?;
+        let mut late = left.is_zero();
+        let mut outcomes = Vec::with_capacity(target.calls.len());
+        for _ in &target.calls {
+            if target.asking {
+                // `OK`; were it refused, the call's own reply says why.
+                conn.recv_response()?;
+            }
+            outcomes.push(CallOutcome::of(conn.recv_response()?));
+            if !late && Instant::now() > self.deadline {
+                late = true;
+                conn.set_read_timeout(Some(READ_AFTER_DEADLINE))?;
+            }
+        }
+        // The connection goes back to the pool with the timeout every call expects.
+        conn.set_read_timeout(Some(response_timeout))?;
+        Ok(outcomes)
+    }
+
+    /// A target none of whose calls got a reply: its entries wait for the next sweep.
+    fn failed(&self, target: &Target, err: &Error) {
+        let count: usize = target.calls.iter().map(Vec::len).sum();
+        log::warn!(
+            "lock renewal of {count} locks at {} failed: {err}; retrying",
+            target.pool.addr()
+        );
+        // A master that refuses connections may have been replaced: ask where the masters
+        // are (at most every so often). Not after a timeout: the discovery would ask that
+        // same silent master first and hold the watchdog past the other masters' leases.
+        if self.store.topology.follows_failovers() && err.is_connection_error() {
+            self.store.topology.refresh(self.generation);
+        }
+    }
+}
+
+impl CallOutcome {
+    fn of(reply: Value) -> Self {
+        let err = match reply {
+            Value::ServerError(err) => RedisError::from(err),
+            value => {
+                return match redis::from_redis_value::<Vec<i64>>(value) {
+                    Ok(flags) => CallOutcome::Renewed(flags),
+                    Err(err) => CallOutcome::Refused(err.into()),
+                }
+            }
+        };
+        match err.code() {
+            Some(code @ ("MOVED" | "ASK")) => match err.redirect_node() {
+                Some((addr, _)) => CallOutcome::Redirected(addr.to_owned(), code == "ASK"),
+                None => CallOutcome::Refused(err),
+            },
+            Some("NOSCRIPT") => CallOutcome::NoScript,
+            _ => CallOutcome::Refused(err),
+        }
+    }
+}
+
+/// An error reply that says the master is moving (a failover, a resharding).
+fn means_moving(err: &RedisError) -> bool {
+    matches!(
+        err.code(),
+        Some("READONLY" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN")
+    )
+}
