@@ -16,7 +16,6 @@ use std::time::Duration;
 use redis::Script;
 
 use crate::error::{Error, Result};
-use crate::fair_lock::parse_attempt;
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
@@ -263,8 +262,8 @@ impl LockKind for Read {
             .arg(args.lease_ms)
             .arg(args.owner)
             .arg(writer_field(args.owner));
-        let reply = store.invoke_attempt(&keys.name, &call)?;
-        parse_attempt(reply, false, &keys.name)
+        let before = args.holds_before(args.owner, keys);
+        store.invoke_attempt(&keys.name, &call, false, &before)
     }
 
     fn release(
@@ -352,9 +351,10 @@ impl LockKind for Write {
         if args.fenced {
             call.key(keys.token_key());
         }
-        call.arg(args.lease_ms).arg(writer_field(args.owner));
-        let reply = store.invoke_attempt(&keys.name, &call)?;
-        parse_attempt(reply, args.fenced, &keys.name)
+        let writer = writer_field(args.owner);
+        call.arg(args.lease_ms).arg(&writer);
+        let before = args.holds_before(&writer, keys);
+        store.invoke_attempt(&keys.name, &call, args.fenced, &before)
     }
 
     fn release(

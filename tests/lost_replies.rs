@@ -127,3 +127,72 @@ fn waiters_acquire_promptly_after_their_connections_are_cut() -> Result<()> {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     Ok(())
 }
+
+/// Invariant: an acquire that ran on a pooled connection which then died is never sent again
+/// blindly: the owner's hold count says it ran, so a re-entrant acquire counts once.
+#[test]
+fn an_acquire_whose_connection_died_after_it_ran_counts_once() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy, Duration::from_secs(30));
+    let mut conn = server.conn();
+    let name = "lost-reply:cut-acquire";
+    let outer = manager.lock(name)?;
+    // The reply cut off is the next one on any connection: when it was the listener's, the
+    // acquire went through in one send and the scenario is run again.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(
+            attempts <= 5,
+            "the acquire's reply was never the one cut off"
+        );
+        support::await_listener(&mut conn, &manager);
+        let dropped_before = proxy.dropped();
+        let sent_before = manager.stats().commands;
+        proxy.cut_at_next_reply();
+        let inner = manager.lock(name)?;
+        let sent = manager.stats().commands - sent_before;
+        // Whichever reply was cut off, the lock has exactly the two holds its guards know.
+        let counts: Vec<i64> = conn.hvals(name).unwrap();
+        assert_eq!(counts, vec![2], "holds in Redis after a re-entrant acquire");
+        drop(inner);
+        if sent > 1 {
+            break; // the acquire's connection died under it, and it was not sent again
+        }
+        assert!(support::eventually(Duration::from_secs(10), || {
+            proxy.dropped() > dropped_before
+        }));
+    }
+    outer.unlock()?;
+    let exists: bool = conn.exists(name).unwrap();
+    assert!(!exists, "a hold was left behind");
+
+    // A fenced acquire that ran gets the token it took: the counter's value, since only the
+    // holder moves it.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(
+            attempts <= 5,
+            "the acquire's reply was never the one cut off"
+        );
+        support::await_listener(&mut conn, &manager);
+        let dropped_before = proxy.dropped();
+        let sent_before = manager.stats().commands;
+        proxy.cut_at_next_reply();
+        let fenced = manager.lock_fenced(name)?;
+        let sent = manager.stats().commands - sent_before;
+        let counts: Vec<i64> = conn.hvals(name).unwrap();
+        assert_eq!(counts, vec![1], "holds in Redis after a fenced acquire");
+        let counter: u64 = conn.get(format!("redisson_lock_token:{{{name}}}")).unwrap();
+        assert_eq!(fenced.fencing_token(), Some(counter));
+        fenced.unlock()?;
+        if sent > 1 {
+            return Ok(());
+        }
+        assert!(support::eventually(Duration::from_secs(10), || {
+            proxy.dropped() > dropped_before
+        }));
+    }
+}
