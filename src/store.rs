@@ -785,13 +785,16 @@ impl LockStore {
                     Err(Failed::Other(err)) if operation == "release" => {
                         log::warn!("release at {}: {err}", pool.addr());
                     }
-                    // The acquire took its hold, and whether a replica has it is unknown:
-                    // the caller rolls it back as it does when none acknowledged (a plain
-                    // error would leave a hold that nobody releases or renews).
+                    // The acquire took its hold, and whether a replica has it is unknown (the
+                    // reply was lost, or WAIT was refused): the caller rolls it back as it
+                    // does when none acknowledged (a plain error would leave a hold that
+                    // nobody releases or renews).
                     Err(Failed::Redis(err)) if wrote && operation == "acquire" => {
-                        conn.discard();
+                        if is_broken(&err) {
+                            conn.discard();
+                        }
                         log::warn!(
-                            "acquire at {}: the replicas' acknowledgement was lost ({err})",
+                            "acquire at {}: no replica acknowledgement could be read ({err})",
                             pool.addr()
                         );
                         return Err(Failed::Other(Error::NotReplicated {

@@ -9,8 +9,7 @@
 //! masters first, then the seeds) or `SENTINEL get-master-addr-by-name` on each sentinel in
 //! turn, confirmed by the master's own `ROLE`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,9 +164,10 @@ pub(crate) struct Topology {
     /// the slot's master (Redis 7 sharded pub/sub), as Redisson does when the cluster
     /// supports it.
     sharded_pubsub: bool,
-    /// Sentinel only: the sentinels refused the URL's credentials and answered without them
-    /// (see [`Topology::probe_sentinel`]); later discoveries go without them at once.
-    sentinels_without_auth: AtomicBool,
+    /// Sentinel only: the sentinels (by address) that refused the URL's credentials and
+    /// answered without them (see [`Topology::probe_sentinel`]); later discoveries ask them
+    /// without credentials at once.
+    sentinels_without_auth: Mutex<HashSet<String>>,
 }
 
 impl Topology {
@@ -225,7 +225,7 @@ impl Topology {
             })),
             refreshing: Mutex::new(Instant::now()),
             sharded_pubsub: false,
-            sentinels_without_auth: AtomicBool::new(false),
+            sentinels_without_auth: Mutex::new(HashSet::new()),
         };
         let map = topology.discover(&Map {
             generation: 0,
@@ -613,13 +613,12 @@ impl Topology {
             self.nodes
                 .probe(sentinel.clone().set_redis_settings(settings))
         };
-        if !has_auth || self.sentinels_without_auth.load(Ordering::Relaxed) {
+        let addr = sentinel.addr().to_string();
+        if !has_auth || self.sentinels_without_auth.lock().contains(&addr) {
             return probe(without_auth);
         }
         match probe(with_auth) {
-            Err(Error::Connect { source })
-                if source.kind() == redis::ErrorKind::AuthenticationFailed =>
-            {
+            Err(Error::Connect { source }) if is_refused_auth(&source) => {
                 let mut conn = probe(without_auth).map_err(|_| Error::Connect {
                     source: source.clone(),
                 })?;
@@ -632,12 +631,23 @@ impl Topology {
                      them; they are used for the master only",
                     sentinel.addr()
                 );
-                self.sentinels_without_auth.store(true, Ordering::Relaxed);
+                self.sentinels_without_auth.lock().insert(addr);
                 Ok(conn)
             }
             other => other,
         }
     }
+}
+
+/// Whether connecting failed because the server refused the credentials: AUTH refused (redis-rs
+/// reports RESP2's as `AuthenticationFailed`) or `HELLO ... AUTH` refused (RESP3: WRONGPASS, or
+/// an error about AUTH or a password).
+fn is_refused_auth(err: &redis::RedisError) -> bool {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed || err.code() == Some("WRONGPASS") {
+        return true;
+    }
+    let detail = err.detail().unwrap_or_default().to_ascii_lowercase();
+    err.code().is_some() && (detail.contains("auth") || detail.contains("password"))
 }
 
 /// One entry of `CLUSTER SLOTS`.

@@ -85,7 +85,9 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
         .collect();
     store.counters.renewal_sweep();
     let batch = sweep.batch.len();
-    // One round trip per kind of lock among the holds due (usually one kind) and master.
+    // One round trip per kind of lock among the holds due (usually one kind) and master,
+    // all kinds within the sweep's one budget: a stalled master must not cost it once per kind.
+    let deadline = std::time::Instant::now() + sweep.budget;
     let renew_all = || -> Vec<Option<bool>> {
         let mut renewed = vec![None; batch];
         let mut done = vec![false; batch];
@@ -98,7 +100,8 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
                 .filter(|&i| !done[i] && sweep.batch[i].kind.name() == kind.name())
                 .collect();
             let kind_pairs: Vec<(&str, &str)> = of_kind.iter().map(|&i| pairs[i]).collect();
-            let replies = kind.renew(store, &kind_pairs, timeout_ms, sweep.budget);
+            let budget = deadline.saturating_duration_since(std::time::Instant::now());
+            let replies = kind.renew(store, &kind_pairs, timeout_ms, budget);
             for (&i, reply) in of_kind.iter().zip(replies) {
                 renewed[i] = reply;
             }

@@ -600,47 +600,45 @@ fn renewals_follow_ask_and_a_stalled_master_costs_the_others_nothing() {
     staying.unlock().expect("unlock");
 
     // A master that answers nothing for two leases (paused clients, no failover) holds up
-    // only its own renewals: the other masters' holds stay renewed.
-    let stalled = manager
-        .lock(&name_on(&cluster, masters[0], "stalled"))
-        .expect("lock");
-    let others: Vec<_> = masters[1..]
-        .iter()
-        .map(|&master| {
-            manager
-                .lock(&name_on(&cluster, master, "healthy"))
-                .expect("lock")
-        })
-        .collect();
-    let pause = lease * 2;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(pause.as_millis() as u64)
-        .arg("ALL")
-        .query(&mut conn(masters[0]))
-        .expect("CLIENT PAUSE");
-    std::thread::sleep(pause + lease / 2);
-    for guard in &others {
-        assert!(
-            !guard.is_lost(),
-            "{} was lost while another master stalled",
-            guard.name()
-        );
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(guard.name())
-            .query(&mut conn(
-                cluster.master_for_slot(RedisCluster::slot_of(guard.name())),
-            ))
-            .expect("PTTL");
-        assert!(
-            pttl > 0,
-            "{} expired while another master stalled",
-            guard.name()
-        );
+    // only its own renewals: the other masters' holds stay renewed. Each master in turn, since
+    // the order in which a sweep reads the masters is not the test's to choose.
+    for (i, &stalling) in masters.iter().enumerate() {
+        let guards: Vec<_> = masters
+            .iter()
+            .map(|&master| {
+                manager
+                    .lock(&name_on(&cluster, master, &format!("stall{i}")))
+                    .expect("lock")
+            })
+            .collect();
+        let pause = lease * 2;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(pause.as_millis() as u64)
+            .arg("ALL")
+            .query(&mut conn(stalling))
+            .expect("CLIENT PAUSE");
+        std::thread::sleep(pause + lease / 2);
+        for guard in &guards {
+            let master = cluster.master_for_slot(RedisCluster::slot_of(guard.name()));
+            if master == stalling {
+                continue; // its own hold may or may not have outlived the pause
+            }
+            assert!(
+                !guard.is_lost(),
+                "{} was lost while {stalling} stalled",
+                guard.name()
+            );
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(guard.name())
+                .query(&mut conn(master))
+                .expect("PTTL");
+            assert!(
+                pttl > 0,
+                "{} expired while {stalling} stalled",
+                guard.name()
+            );
+        }
+        drop(guards);
     }
-    for guard in others {
-        guard.unlock().expect("unlock");
-    }
-    // The stalled master's own hold may or may not have outlived the pause.
-    drop(stalled);
 }

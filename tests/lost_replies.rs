@@ -138,61 +138,52 @@ fn an_acquire_whose_connection_died_after_it_ran_counts_once() -> Result<()> {
     let mut conn = server.conn();
     let name = "lost-reply:cut-acquire";
     let outer = manager.lock(name)?;
-    // The reply cut off is the next one on any connection: when it was the listener's, the
-    // acquire went through in one send and the scenario is run again.
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        assert!(
-            attempts <= 5,
-            "the acquire's reply was never the one cut off"
-        );
-        support::await_listener(&mut conn, &manager);
-        let dropped_before = proxy.dropped();
-        let sent_before = manager.stats().commands;
-        proxy.cut_at_next_reply();
+    with_the_next_reply_cut_off(&proxy, &manager, &mut conn, |conn| {
         let inner = manager.lock(name)?;
-        let sent = manager.stats().commands - sent_before;
         // Whichever reply was cut off, the lock has exactly the two holds its guards know.
         let counts: Vec<i64> = conn.hvals(name).unwrap();
         assert_eq!(counts, vec![2], "holds in Redis after a re-entrant acquire");
-        drop(inner);
-        if sent > 1 {
-            break; // the acquire's connection died under it, and it was not sent again
-        }
-        assert!(support::eventually(Duration::from_secs(10), || {
-            proxy.dropped() > dropped_before
-        }));
-    }
+        inner.unlock()
+    })?;
     outer.unlock()?;
     let exists: bool = conn.exists(name).unwrap();
     assert!(!exists, "a hold was left behind");
 
     // A fenced acquire that ran gets the token it took: the counter's value, since only the
     // holder moves it.
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        assert!(
-            attempts <= 5,
-            "the acquire's reply was never the one cut off"
-        );
-        support::await_listener(&mut conn, &manager);
-        let dropped_before = proxy.dropped();
-        let sent_before = manager.stats().commands;
-        proxy.cut_at_next_reply();
+    with_the_next_reply_cut_off(&proxy, &manager, &mut conn, |conn| {
         let fenced = manager.lock_fenced(name)?;
-        let sent = manager.stats().commands - sent_before;
         let counts: Vec<i64> = conn.hvals(name).unwrap();
         assert_eq!(counts, vec![1], "holds in Redis after a fenced acquire");
         let counter: u64 = conn.get(format!("redisson_lock_token:{{{name}}}")).unwrap();
         assert_eq!(fenced.fencing_token(), Some(counter));
-        fenced.unlock()?;
-        if sent > 1 {
+        fenced.unlock()
+    })
+}
+
+/// Runs `scenario` with the next reply the server sends cut off (its connection dropped after
+/// the command ran), until the reply cut off was the scenario's own first command's: then it
+/// sent more than the one command (on a new connection), else the cut hit the listener's
+/// connection check and the scenario went through in one send.
+fn with_the_next_reply_cut_off(
+    proxy: &Proxy,
+    manager: &LockManager,
+    conn: &mut redis::Connection,
+    mut scenario: impl FnMut(&mut redis::Connection) -> Result<()>,
+) -> Result<()> {
+    for _ in 0..5 {
+        support::await_listener(conn, manager);
+        let dropped_before = proxy.dropped();
+        let sent_before = manager.stats().commands;
+        proxy.cut_at_next_reply();
+        scenario(conn)?;
+        // The release in the scenario is one more command.
+        if manager.stats().commands - sent_before > 2 {
             return Ok(());
         }
         assert!(support::eventually(Duration::from_secs(10), || {
             proxy.dropped() > dropped_before
         }));
     }
+    panic!("the acquire's reply was never the one cut off");
 }

@@ -318,6 +318,34 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
     assert!(there, "the lock is not on the master");
     guard.unlock().expect("unlock");
 
+    // A user not allowed ROLE (an ACL without @admin) takes the sentinel's word for the
+    // master (and gets no replica sync).
+    let mut master_conn = master;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("on")
+        .arg(">lockerpw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-role")
+        .query(&mut master_conn)
+        .expect("ACL SETUSER");
+    let as_user = format!(
+        "redis-sentinel://locker:lockerpw@{}#{}",
+        hosts.join(","),
+        sentinel.master_name()
+    );
+    let manager = LockManager::new(&as_user).expect("manager of a user without ROLE");
+    let guard = manager.lock("without-role").expect("lock");
+    let there: bool = redis::cmd("EXISTS")
+        .arg("without-role")
+        .query(&mut master_conn)
+        .expect("EXISTS");
+    assert!(there, "the lock is not on the master");
+    guard.unlock().expect("unlock");
+
     // A wrong password is still refused, by the master, with a clear error.
     let err = LockManager::new(&url("wrong")).unwrap_err();
     assert!(err.is_connection_error(), "{err}");

@@ -1,15 +1,17 @@
 //! Renewal sweeps on the wire: the holds due, renewed with one pipeline per master, every
-//! master's pipeline sent before any reply is read (docs/DESIGN.md, "Renewal sweeps").
+//! master's pipeline sent before any reply is read (docs/DESIGN.md, "Deployments", under
+//! "Routing", and "The watchdog").
 //!
 //! A renewal only sets a TTL, so sending it again is always safe; what must not happen is
 //! that one master, or one call, costs the others their renewals:
-//! - A master that stalls holds up only its own pipeline: the others were sent already, and
-//!   their replies wait in their sockets.
+//! - A master that stalls holds up only its own pipeline: the others were sent already (when
+//!   their pooled connection was at hand), and their replies wait in their sockets.
 //! - Each call of a pipeline stands alone: an error reply (a slot moving under ASK, a script
 //!   the server lost) costs that call's entries, never the whole master's.
 //! - Calls redirected by MOVED or ASK, or refused with NOSCRIPT, are sent once more in the
 //!   same sweep, to the node named (after `ASKING` for ASK) or with the script loaded.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,15 +75,15 @@ impl LockStore {
         if targets.is_empty() && !batch.is_empty() {
             self.topology.refresh(map.generation);
         }
-        let sweep = Sweep {
+        let round = Round {
             store: self,
             batch,
             script,
             call: &call,
             deadline,
-            generation: map.generation,
+            refresh: Cell::new(false),
         };
-        let again = sweep.run(&targets, &mut renewed);
+        let again = round.run(&targets, &mut renewed);
         if !again.is_empty() && Instant::now() < deadline {
             // Once more, where the servers said; what fails again waits for the next sweep.
             let mut targets: Vec<Target> = Vec::new();
@@ -98,13 +100,18 @@ impl LockStore {
                     }),
                 }
             }
-            let left = sweep.run(&targets, &mut renewed);
+            let left = round.run(&targets, &mut renewed);
             if !left.is_empty() {
                 log::debug!(
                     "lock renewal: {} calls redirected twice; retrying at the next sweep",
                     left.len()
                 );
             }
+        }
+        if round.refresh.get() {
+            // Only now: discovery asks the known masters first, a silent one among them, and
+            // must not hold up reading the others' replies.
+            self.topology.refresh(map.generation);
         }
         renewed
     }
@@ -155,17 +162,18 @@ impl LockStore {
 }
 
 /// One round of a renewal sweep: what every target's pipeline is made of, and its deadline.
-struct Sweep<'a, F> {
+struct Round<'a, F> {
     store: &'a LockStore,
     batch: &'a [(&'a str, &'a str)],
     script: &'a redis::Script,
     call: &'a F,
     deadline: Instant,
-    /// The map the targets were taken from: a MOVED reply asks for a newer one.
-    generation: u64,
+    /// A reply said the masters moved (MOVED, READONLY, ...) or one refused connections: the
+    /// deployment is asked again once the sweep is done.
+    refresh: Cell<bool>,
 }
 
-impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
+impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
     /// Sends every target's pipeline, then reads each one's replies into `renewed`. Returns
     /// the calls to send again (redirected, or refused for a missing script).
     ///
@@ -177,19 +185,24 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
         let mut sent = Vec::with_capacity(targets.len());
         let mut unconnected = Vec::new();
         for target in targets {
+            if Instant::now() >= self.deadline {
+                self.failed(target, target.entries(), &self.too_late());
+                continue;
+            }
             let packed = self.pipeline(target).get_packed_pipeline();
             match target.pool.get_idle() {
-                Ok(Some(mut conn)) => match self.send_on(target, &mut conn, &packed) {
+                Ok(Some(mut conn)) => match self.write(target, &mut conn, &packed) {
                     Ok(()) => sent.push((target, packed, conn)),
                     Err(_) => {
-                        // Dead while idle (a restart, a timeout on the server's side): the
-                        // pipeline goes out again on a new connection below.
+                        // Dead while idle (a restart, a timeout on the server's side), or
+                        // part of the pipeline went out: the connection's state is unknown.
+                        // The pipeline goes out again on a new connection below.
                         conn.discard();
                         unconnected.push((target, packed));
                     }
                 },
                 Ok(None) => unconnected.push((target, packed)),
-                Err(err) => self.failed(target, &err),
+                Err(err) => self.failed(target, target.entries(), &err),
             }
         }
         let mut again = Vec::new();
@@ -197,9 +210,9 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
             self.read(target, &packed, conn, renewed, &mut again);
         }
         for (target, packed) in unconnected {
-            match self.send(target, &packed) {
+            match self.connect_and_write(target, &packed) {
                 Ok(conn) => self.read(target, &packed, conn, renewed, &mut again),
-                Err(err) => self.failed(target, &err),
+                Err(err) => self.failed(target, target.entries(), &err),
             }
         }
         again
@@ -218,36 +231,45 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
         pipe
     }
 
-    /// Writes the pipeline on a pooled connection to the target's node, by the deadline.
-    fn send<'t>(&self, target: &'t Target, packed: &[u8]) -> Result<PooledConnection<'t>> {
+    /// Writes the pipeline on a new or waiting pooled connection to the target's node.
+    fn connect_and_write<'t>(
+        &self,
+        target: &'t Target,
+        packed: &[u8],
+    ) -> Result<PooledConnection<'t>> {
         let mut conn = target.pool.get_by(self.deadline)?;
-        self.send_on(target, &mut conn, packed)?;
+        if let Err(err) = self.write(target, &mut conn, packed) {
+            conn.discard();
+            return Err(err);
+        }
         Ok(conn)
     }
 
-    fn send_on(
-        &self,
-        target: &Target,
-        conn: &mut PooledConnection<'_>,
-        packed: &[u8],
-    ) -> Result<()> {
-        if Instant::now() >= self.deadline {
-            // An idle connection is handed out whatever the time.
-            return Err(Error::Timeout {
-                operation: "renew",
-                after: Duration::ZERO,
-            });
+    /// Writes the pipeline by the deadline. On an error the connection's state is unknown
+    /// (part of the pipeline may have gone out, with replies to come): the caller discards it.
+    fn write(&self, target: &Target, conn: &mut PooledConnection<'_>, packed: &[u8]) -> Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.too_late());
         }
+        let response_timeout = self.store.response_timeout;
+        let classify = |source| self.store.classify("renew", "", source);
+        // A server that stopped reading fills the socket's buffers: a large pipeline's write
+        // must not block past the deadline either.
+        conn.set_write_timeout(Some(left.min(response_timeout)))
+            .map_err(classify)?;
         let calls = target.calls.len() as u64;
         self.store
             .counters
             .sent(if target.asking { 2 * calls } else { calls });
-        conn.send_packed_command(packed)
-            .map_err(|source| self.store.classify("renew", "", source))
+        conn.send_packed_command(packed).map_err(classify)?;
+        conn.set_write_timeout(Some(response_timeout))
+            .map_err(classify)
     }
 
     /// Reads the target's replies into `renewed`, and queues in `again` the calls to send once
-    /// more. A pooled connection that turns out dead (a restart) is replaced once.
+    /// more. A pooled connection that turns out dead before any reply (a restart) is replaced
+    /// once; replies read before a failure count.
     fn read<'t>(
         &self,
         target: &'t Target,
@@ -257,36 +279,91 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
         again: &mut Vec<Again>,
     ) {
         let mut replaced = false;
-        let outcomes = loop {
-            let err = match self.replies(target, &mut conn) {
-                Ok(outcomes) => break outcomes,
-                Err(err) => err,
+        loop {
+            let (outcomes, failure) = self.replies(target, &mut conn);
+            let Some(err) = failure else {
+                self.apply(target, outcomes, Some(conn), renewed, again);
+                return;
             };
-            let retry = conn.reused && !replaced && is_dead_connection(&err);
+            let retry = outcomes.is_empty() && conn.reused && !replaced && is_dead_connection(&err);
             conn.discard(); // its state is unknown
             if !retry {
-                self.failed(target, &self.store.classify("renew", "", err));
+                let read = outcomes.len();
+                // What was read counts: those renewals happened.
+                self.apply(target, outcomes, None, renewed, again);
+                let unread: usize = target.calls[read..].iter().map(Vec::len).sum();
+                self.failed(target, unread, &self.store.classify("renew", "", err));
                 return;
             }
             replaced = true;
-            let fresh = target
-                .pool
-                .get_fresh_by(self.deadline)
-                .and_then(|mut fresh| {
+            conn = match self.connect_and_write(target, packed) {
+                Ok(fresh) => {
                     self.store.counters.reconnect();
-                    self.send_on(target, &mut fresh, packed)?;
-                    Ok(fresh)
-                });
-            conn = match fresh {
-                Ok(fresh) => fresh,
+                    fresh
+                }
                 Err(err) => {
-                    self.failed(target, &err);
+                    self.failed(target, target.entries(), &err);
                     return;
                 }
             };
-        };
+        }
+    }
+
+    /// Reads one reply per call (and the `ASKING` replies before them), each waiting at most
+    /// until the deadline; after it, only what has arrived already. Returns the outcomes read,
+    /// and the error that stopped the reading, if one did (then the connection is unusable).
+    fn replies(
+        &self,
+        target: &Target,
+        conn: &mut PooledConnection<'_>,
+    ) -> (Vec<CallOutcome>, Option<RedisError>) {
+        let response_timeout = self.store.response_timeout;
+        let mut outcomes = Vec::with_capacity(target.calls.len());
+        let mut timeout = Duration::MAX;
+        for _ in &target.calls {
+            // The socket's timeout applies to each read: it is cut down as the deadline comes
+            // closer (halving at most, so a few system calls per pipeline), so that no read
+            // waits much past it.
+            let left = self
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(READ_AFTER_DEADLINE, response_timeout);
+            if left < timeout / 2 || timeout == Duration::MAX {
+                timeout = left;
+                if let Err(err) = conn.set_read_timeout(Some(timeout)) {
+                    return (outcomes, Some(err));
+                }
+            }
+            let reply = if target.asking {
+                // `OK`; were it refused, the call's own reply says why.
+                conn.recv_response().and_then(|_| conn.recv_response())
+            } else {
+                conn.recv_response()
+            };
+            match reply {
+                Ok(reply) => outcomes.push(CallOutcome::of(reply)),
+                Err(err) => return (outcomes, Some(err)),
+            }
+        }
+        // The connection goes back to the pool with the timeout every call expects.
+        let restored = conn.set_read_timeout(Some(response_timeout));
+        (outcomes, restored.err())
+    }
+
+    /// Applies the outcomes of the target's first calls (all of them, unless reading stopped
+    /// early) to `renewed`; queues calls redirected, or refused for a missing script, in
+    /// `again`. `conn` is the connection they came on, if it is still usable (a missing
+    /// script is loaded there).
+    fn apply(
+        &self,
+        target: &Target,
+        outcomes: Vec<CallOutcome>,
+        conn: Option<PooledConnection<'_>>,
+        renewed: &mut [Option<bool>],
+        again: &mut Vec<Again>,
+    ) {
         let mut refused: Option<(usize, RedisError)> = None;
-        let mut load_script = false;
+        let mut no_script = Vec::new();
         for (call, outcome) in target.calls.iter().zip(outcomes) {
             match outcome {
                 CallOutcome::Renewed(flags) if flags.len() == call.len() => {
@@ -305,7 +382,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
                 }
                 CallOutcome::Redirected(addr, ask) => {
                     if !ask {
-                        self.store.topology.refresh(self.generation);
+                        self.refresh.set(true);
                     }
                     match self.store.topology.node(&addr) {
                         Ok(pool) => again.push(Again {
@@ -316,35 +393,23 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
                         Err(err) => log::warn!("lock renewal: redirected to {addr}: {err}"),
                     }
                 }
-                CallOutcome::NoScript => {
-                    load_script = true;
-                    again.push(Again {
-                        pool: Arc::clone(&target.pool),
-                        asking: target.asking,
-                        call: call.clone(),
-                    });
-                }
+                CallOutcome::NoScript => no_script.push(call.clone()),
                 CallOutcome::Refused(err) => {
                     let (count, _) = refused.get_or_insert((0, err));
                     *count += call.len();
                 }
             }
         }
-        if load_script {
-            self.store.counters.sent(1);
-            if let Err(err) = self.script.load(&mut *conn) {
-                log::warn!(
-                    "lock renewal: loading the script at {}: {err}",
-                    target.pool.addr()
-                );
-                if is_broken(&err) {
-                    conn.discard();
-                }
-            }
+        if !no_script.is_empty() && self.load_script(target, conn) {
+            again.extend(no_script.into_iter().map(|call| Again {
+                pool: Arc::clone(&target.pool),
+                asking: target.asking,
+                call,
+            }));
         }
         if let Some((count, err)) = refused {
             if self.store.topology.follows_failovers() && means_moving(&err) {
-                self.store.topology.refresh(self.generation);
+                self.refresh.set(true);
             }
             log::warn!(
                 "lock renewal of {count} locks at {} refused: {err}; retrying",
@@ -353,47 +418,62 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Sweep<'_, F> {
         }
     }
 
-    /// Reads one reply per call (and the `ASKING` replies before them), each within the time
-    /// left; after the deadline only what has arrived already.
-    fn replies(
-        &self,
-        target: &Target,
-        conn: &mut PooledConnection<'_>,
-    ) -> redis::RedisResult<Vec<CallOutcome>> {
-        let response_timeout = self.store.response_timeout;
+    /// Loads the script on `conn` (the server lost it: a restart, a failover), within the
+    /// time left; whether it worked. Without time or a usable connection, the calls wait for
+    /// the next sweep.
+    fn load_script(&self, target: &Target, conn: Option<PooledConnection<'_>>) -> bool {
         let left = self.deadline.saturating_duration_since(Instant::now());
-        conn.set_read_timeout(Some(left.clamp(READ_AFTER_DEADLINE, response_timeout)))?;
-        let mut late = left.is_zero();
-        let mut outcomes = Vec::with_capacity(target.calls.len());
-        for _ in &target.calls {
-            if target.asking {
-                // `OK`; were it refused, the call's own reply says why.
-                conn.recv_response()?;
-            }
-            outcomes.push(CallOutcome::of(conn.recv_response()?));
-            if !late && Instant::now() > self.deadline {
-                late = true;
-                conn.set_read_timeout(Some(READ_AFTER_DEADLINE))?;
+        let (Some(mut conn), false) = (conn, left.is_zero()) else {
+            return false;
+        };
+        self.store.counters.sent(1);
+        let loaded = conn
+            .set_read_timeout(Some(left.min(self.store.response_timeout)))
+            .and_then(|()| self.script.load(&mut *conn))
+            .and_then(|_| conn.set_read_timeout(Some(self.store.response_timeout)));
+        match loaded {
+            Ok(()) => true,
+            Err(err) => {
+                log::warn!(
+                    "lock renewal: loading the script at {}: {err}",
+                    target.pool.addr()
+                );
+                if is_broken(&err) {
+                    conn.discard();
+                }
+                false
             }
         }
-        // The connection goes back to the pool with the timeout every call expects.
-        conn.set_read_timeout(Some(response_timeout))?;
-        Ok(outcomes)
     }
 
-    /// A target none of whose calls got a reply: its entries wait for the next sweep.
-    fn failed(&self, target: &Target, err: &Error) {
-        let count: usize = target.calls.iter().map(Vec::len).sum();
+    /// `count` of the target's entries got no reply: they wait for the next sweep.
+    fn failed(&self, target: &Target, count: usize, err: &Error) {
         log::warn!(
             "lock renewal of {count} locks at {} failed: {err}; retrying",
             target.pool.addr()
         );
         // A master that refuses connections may have been replaced: ask where the masters
-        // are (at most every so often). Not after a timeout: the discovery would ask that
-        // same silent master first and hold the watchdog past the other masters' leases.
+        // are (after the sweep, at most every so often). Not after a timeout: the discovery
+        // would ask that same silent master first and hold the watchdog past the other
+        // masters' leases.
         if self.store.topology.follows_failovers() && err.is_connection_error() {
-            self.store.topology.refresh(self.generation);
+            self.refresh.set(true);
         }
+    }
+
+    /// The error of a target that the sweep's deadline left no time for.
+    fn too_late(&self) -> Error {
+        Error::Timeout {
+            operation: "renew",
+            after: Duration::ZERO,
+        }
+    }
+}
+
+impl Target {
+    /// How many entries its calls renew.
+    fn entries(&self) -> usize {
+        self.calls.iter().map(Vec::len).sum()
     }
 }
 
