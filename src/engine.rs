@@ -78,9 +78,6 @@ struct Attempter<'a> {
     request: &'a Request,
     sent: BootInstant,
     token: Option<u64>,
-    /// How many holds of this kind the owner had on the lock when the acquire began (the
-    /// acquiring thread is the owner, so nothing else changes it meanwhile).
-    holds_before: u32,
 }
 
 impl Attempter<'_> {
@@ -90,7 +87,6 @@ impl Attempter<'_> {
             lease_ms: self.request.lease_ms,
             fenced: self.request.fenced,
             wait_ms: self.request.wait_ms,
-            holds: self.holds_before,
         }
     }
 
@@ -280,7 +276,6 @@ impl Engine {
     ) -> Result<Option<Held>> {
         let thread = current_thread_number();
         let started = Instant::now();
-        let holds_before = self.holds.count(kind, keys, thread);
         let mut attempter = Attempter {
             engine: self,
             kind,
@@ -289,7 +284,6 @@ impl Engine {
             request,
             sent: BootInstant::now(),
             token: None,
-            holds_before,
         };
         if !kind.uses_line() {
             // Order is Redis' business (a fair queue) or holds are shared (readers): every
@@ -315,7 +309,7 @@ impl Engine {
             };
         }
         // Reentrant: this thread holds the lock already, so no local thread can be ahead.
-        let reentrant = holds_before > 0;
+        let reentrant = self.holds.count(kind, keys, thread) > 0;
         if request.one_attempt {
             // One attempt and no queueing; while a local thread has the turn, the lock is
             // held or about to be, and the answer is no without asking.

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Script;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
@@ -251,8 +251,8 @@ impl LockKind for Fair {
             .arg(queue_timeout_ms(store, args))
             .arg(now_ms())
             .arg(u8::from(queue));
-        let before = args.holds_before(args.owner, keys);
-        store.invoke_attempt(&keys.name, &call, args.fenced, &before)
+        let reply = store.invoke_attempt(&keys.name, &call)?;
+        parse_attempt(reply, args.fenced, &keys.name)
     }
 
     fn abandon(&self, store: &LockStore, keys: &LockKeys, args: &AttemptArgs<'_>) -> Result<()> {
@@ -312,6 +312,19 @@ impl LockKind for Fair {
         // The hold is the reentrant lock's hash and field: Redisson renews it the same way.
         REENTRANT.renew(store, batch, timeout_ms, budget)
     }
+}
+
+/// An acquire script's reply: nil (or `{token}` when fenced) when acquired, else the ms to
+/// wait (-1: the key has no TTL). Shared by the kinds whose scripts reply like that.
+pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Result<Attempt> {
+    let parsed = if fenced {
+        Attempt::from_fenced_reply(reply)
+    } else {
+        redis::from_redis_value::<Option<i64>>(reply)
+            .map(Attempt::from_reply)
+            .map_err(redis::RedisError::from)
+    };
+    parsed.map_err(|source| Error::from_command("acquire", name, source))
 }
 
 /// A handle on one fair lock: Redisson's `RFairLock`. Cheap to create

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::names::LockKeys;
-use crate::store::{Attempt, HoldsBefore, LockStore, Release};
+use crate::store::{Attempt, LockStore, Release};
 
 /// One kind of lock, as the engine needs to know it.
 pub(crate) trait LockKind: Sync {
@@ -76,20 +76,6 @@ pub(crate) struct AttemptArgs<'a> {
     /// How long the caller waits at most, in ms (`None`: without limit); a fair lock's queue
     /// keeps a waiter this long.
     pub(crate) wait_ms: Option<u64>,
-    /// How many holds of this kind the owner had on the lock before this attempt.
-    pub(crate) holds: u32,
-}
-
-impl AttemptArgs<'_> {
-    /// What the owner held before the attempt, as counted in the lock's hash under `field`
-    /// (see [`HoldsBefore`]).
-    pub(crate) fn holds_before<'f>(&self, field: &'f str, keys: &LockKeys) -> HoldsBefore<'f> {
-        HoldsBefore {
-            field: Some(field),
-            count: self.holds,
-            token_key: self.fenced.then(|| keys.token_key()),
-        }
-    }
 }
 
 /// The reentrant lock's kind, shared by every `Lock`.
@@ -109,11 +95,10 @@ impl LockKind for Reentrant {
         keys: &LockKeys,
         args: &AttemptArgs<'_>,
     ) -> Result<Attempt> {
-        let before = args.holds_before(args.owner, keys);
         if args.fenced {
-            store.try_acquire_fenced(keys, args.lease_ms, args.owner, &before)
+            store.try_acquire_fenced(keys, args.lease_ms, args.owner)
         } else {
-            store.try_acquire(keys, args.lease_ms, args.owner, &before)
+            store.try_acquire(keys, args.lease_ms, args.owner)
         }
     }
 

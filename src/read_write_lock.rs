@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::Script;
 
 use crate::error::{Error, Result};
+use crate::fair_lock::parse_attempt;
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
@@ -262,8 +263,8 @@ impl LockKind for Read {
             .arg(args.lease_ms)
             .arg(args.owner)
             .arg(writer_field(args.owner));
-        let before = args.holds_before(args.owner, keys);
-        store.invoke_attempt(&keys.name, &call, false, &before)
+        let reply = store.invoke_attempt(&keys.name, &call)?;
+        parse_attempt(reply, false, &keys.name)
     }
 
     fn release(
@@ -351,10 +352,9 @@ impl LockKind for Write {
         if args.fenced {
             call.key(keys.token_key());
         }
-        let writer = writer_field(args.owner);
-        call.arg(args.lease_ms).arg(&writer);
-        let before = args.holds_before(&writer, keys);
-        store.invoke_attempt(&keys.name, &call, args.fenced, &before)
+        call.arg(args.lease_ms).arg(writer_field(args.owner));
+        let reply = store.invoke_attempt(&keys.name, &call)?;
+        parse_attempt(reply, args.fenced, &keys.name)
     }
 
     fn release(

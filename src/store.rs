@@ -113,65 +113,6 @@ impl Release {
     }
 }
 
-/// What an acquire attempt's owner held before it, to tell after the connection died under
-/// the attempt whether it ran (docs/DESIGN.md, "Never twice blindly"): it took a hold if the
-/// owner's count in the lock's hash went past `count`. Only the owner takes its own holds, and
-/// it is waiting for this attempt.
-pub(crate) struct HoldsBefore<'a> {
-    /// The owner's field in the lock's hash (for kinds whose holds are counted there).
-    pub(crate) field: Option<&'a str>,
-    pub(crate) count: u32,
-    /// A fenced attempt's token counter: if the attempt ran, its token is the counter's value,
-    /// since only a holder moves it and the owner holds the lock now.
-    pub(crate) token_key: Option<String>,
-}
-
-impl HoldsBefore<'_> {
-    /// `Some(acquired)` when the attempt ran and took a hold; `None` when it did not, or
-    /// when the kind cannot tell (then it is sent again).
-    fn ran(&self, conn: &mut Connection, name: &str) -> RedisResult<Option<Attempt>> {
-        let Some(field) = self.field else {
-            return Ok(None);
-        };
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGET").arg(name).arg(field);
-        if let Some(token_key) = &self.token_key {
-            pipe.cmd("GET").arg(token_key);
-        } else {
-            pipe.cmd("ECHO").arg("");
-        }
-        let (count, token): (Option<i64>, Option<String>) = pipe.query(conn)?;
-        if count.unwrap_or(0) <= i64::from(self.count) {
-            return Ok(None);
-        }
-        let token = match (&self.token_key, token) {
-            (None, _) => None,
-            (Some(_), token) => {
-                Some(token.and_then(|t| t.parse::<u64>().ok()).ok_or_else(|| {
-                    RedisError::from((
-                        ErrorKind::Parse,
-                        "the fencing token counter does not hold a non-negative integer",
-                    ))
-                })?)
-            }
-        };
-        Ok(Some(Attempt::Acquired { token }))
-    }
-}
-
-/// How `LockStore::run_on` treats a command beyond sending it.
-struct Sending<'a, T> {
-    /// Whether the reply says the command wrote something (replica sync waits only then).
-    wrote: &'a dyn Fn(&T) -> bool,
-    /// For a command that must not run twice: asked on a new connection after the one it went
-    /// out on died, it gives the command's reply if it ran (`Some`), else `None` and the
-    /// command is sent. Without it the command is sent again at once (it is idempotent).
-    ran: Option<&'a RanAlready<'a, T>>,
-}
-
-/// Tells whether a command ran on a connection that died under it: its reply if it did.
-type RanAlready<'a, T> = dyn Fn(&mut Connection) -> RedisResult<Option<T>> + 'a;
-
 /// Above this many locks remembered, the latches of earlier releases are forgotten (they
 /// expire by themselves): the memory stays bounded however many names are used.
 const LATCHES_REMEMBERED: usize = 1024;
@@ -247,10 +188,7 @@ impl LockStore {
                                     .arg(source)
                                     .query::<String>(conn)
                             },
-                            &Sending {
-                                wrote: &|_| false,
-                                ran: None,
-                            },
+                            &|_| false,
                         ),
                     )
                     .map_err(|failed| failed.into_error(&store, "loading the lock scripts", ""))?;
@@ -278,17 +216,14 @@ impl LockStore {
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
-        before: &HoldsBefore<'_>,
     ) -> Result<Attempt> {
         let call = self.acquire_call(keys, lease_ms, owner);
-        self.run_attempt(
+        let pttl: Option<i64> = self.run_attempt(
             &keys.name,
-            |conn| {
-                let pttl: Option<i64> = query_loading_scripts(conn, |conn| call.query(conn))?;
-                Ok(Attempt::from_reply(pttl))
-            },
-            before,
-        )
+            |conn| query_loading_scripts(conn, |conn| call.query(conn)),
+            Option::is_none,
+        )?;
+        Ok(Attempt::from_reply(pttl))
     }
 
     /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire), and on success the
@@ -298,7 +233,6 @@ impl LockStore {
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
-        before: &HoldsBefore<'_>,
     ) -> Result<Attempt> {
         let call = self.fenced_acquire_call(keys, lease_ms, owner);
         self.run_attempt(
@@ -307,7 +241,7 @@ impl LockStore {
                 let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
                 Attempt::from_fenced_reply(reply)
             },
-            before,
+            |attempt| attempt.is_acquired(),
         )
     }
 
@@ -441,29 +375,17 @@ impl LockStore {
         self.run(operation, name, 1, |conn| invocation.invoke(conn))
     }
 
-    /// [`invoke`](Self::invoke) for an acquire attempt whose script replies as the lock's
-    /// own: nil when it took a hold (`[token]` when `fenced`), else the holder's remaining
-    /// lease (see [`Attempt::from_reply`]).
+    /// [`invoke`](Self::invoke) for an acquire attempt whose script answers the holder's
+    /// remaining lease (an integer) when it took nothing: then replica sync waits for nobody.
     pub(crate) fn invoke_attempt(
         &self,
         name: &str,
         invocation: &redis::ScriptInvocation<'_>,
-        fenced: bool,
-        before: &HoldsBefore<'_>,
-    ) -> Result<Attempt> {
+    ) -> Result<redis::Value> {
         self.run_attempt(
             name,
-            |conn| {
-                let reply = invocation.invoke(conn)?;
-                if fenced {
-                    Attempt::from_fenced_reply(reply)
-                } else {
-                    redis::from_redis_value::<Option<i64>>(reply)
-                        .map(Attempt::from_reply)
-                        .map_err(Into::into)
-                }
-            },
-            before,
+            |conn| invocation.invoke(conn),
+            |reply| !matches!(reply, redis::Value::Int(_)),
         )
     }
 
@@ -600,23 +522,15 @@ impl LockStore {
     }
 
     /// [`run`](Self::run) for an acquire attempt: replica sync waits for the replicas only
-    /// when the attempt took a hold (one that found the lock held wrote nothing, and waiting
-    /// for replicas that lag would only fail it). An attempt is never sent twice blindly:
-    /// when the pooled connection it went out on turns out dead, it may have run before the
-    /// connection died, so the owner's hold count tells, on a new connection, whether it did
-    /// (see [`HoldsBefore`]).
-    fn run_attempt(
+    /// when `acquired` says the reply is a hold taken (an attempt that found the lock held
+    /// wrote nothing, and waiting for replicas that lag would only fail it).
+    fn run_attempt<T>(
         &self,
         name: &str,
-        op: impl Fn(&mut Connection) -> RedisResult<Attempt>,
-        before: &HoldsBefore<'_>,
-    ) -> Result<Attempt> {
-        let ran = |conn: &mut Connection| before.ran(conn, name);
-        let sending = Sending {
-            wrote: &|attempt: &Attempt| attempt.is_acquired(),
-            ran: Some(&ran),
-        };
-        self.run_sending("acquire", name, 1, self.response_timeout, op, &sending)
+        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        acquired: impl Fn(&T) -> bool,
+    ) -> Result<T> {
+        self.run_within_if("acquire", name, 1, self.response_timeout, op, &acquired)
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
@@ -637,22 +551,19 @@ impl LockStore {
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let sending = Sending {
-            wrote: &|_| true,
-            ran: None,
-        };
-        self.run_sending(operation, name, commands, budget, op, &sending)
+        self.run_within_if(operation, name, commands, budget, op, &|_| true)
     }
 
-    /// [`run_within`](Self::run_within) for a command as `sending` describes it.
-    fn run_sending<T>(
+    /// [`run_within`](Self::run_within), where replica sync waits for the replicas only when
+    /// `wrote` says of the reply that the script changed something.
+    fn run_within_if<T>(
         &self,
         operation: &'static str,
         name: &str,
         commands: u64,
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
-        sending: &Sending<'_, T>,
+        wrote: &dyn Fn(&T) -> bool,
     ) -> Result<T> {
         let started = Instant::now();
         let deadline = started + budget.max(Duration::from_millis(1));
@@ -661,7 +572,7 @@ impl LockStore {
         let mut redirects = 0;
         loop {
             let failed =
-                match self.run_on(&pool, operation, commands, deadline, asking, (&op, sending)) {
+                match self.run_on(&pool, operation, commands, deadline, asking, (&op, wrote)) {
                     Ok(value) => return Ok(value),
                     Err(failed) => failed,
                 };
@@ -706,9 +617,8 @@ impl LockStore {
     }
 
     /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
-    /// `asking`); when a reused connection turned out dead, once more on a fresh one, after
-    /// asking whether it ran where `sending` can tell; then, for acquires and releases with
-    /// replica sync on, waits for the replicas.
+    /// `asking`), retrying once on a fresh connection when a reused one turned out dead; then,
+    /// for acquires and releases with replica sync on, waits for the replicas.
     fn run_on<T, F: Fn(&mut Connection) -> RedisResult<T>>(
         &self,
         pool: &Pool,
@@ -716,7 +626,7 @@ impl LockStore {
         commands: u64,
         deadline: Instant,
         asking: bool,
-        (op, sending): (&F, &Sending<'_, T>),
+        (op, wrote): (&F, &dyn Fn(&T) -> bool),
     ) -> std::result::Result<T, Failed> {
         let mut conn = pool.get_by(deadline).map_err(Failed::Other)?;
         if Instant::now() >= deadline {
@@ -733,7 +643,7 @@ impl LockStore {
             if conn.reused && is_dead_connection(err) {
                 conn.discard();
                 if Instant::now() >= deadline {
-                    // No time is left to try again (nor to ask whether it ran).
+                    // Nothing ran (the connection was dead) and no time is left to try again.
                     return Err(Failed::Other(Error::Timeout {
                         operation,
                         after: Duration::ZERO,
@@ -744,26 +654,8 @@ impl LockStore {
                 );
                 conn = pool.get_fresh_by(deadline).map_err(Failed::Other)?;
                 self.counters.reconnect();
-                // Usually the server had closed it while idle (a restart), and nothing ran;
-                // but it may have run the command and then dropped the connection.
-                let ran = match sending.ran {
-                    Some(ran) => {
-                        self.counters.sent(1 + u64::from(asking));
-                        self.call(&mut conn, 1, deadline, asking, &ran)
-                    }
-                    None => Ok(None),
-                };
-                result = match ran {
-                    Ok(Some(value)) => {
-                        log::debug!("{operation}: it had run before the connection died");
-                        Ok(value)
-                    }
-                    Ok(None) => {
-                        self.counters.sent(commands + u64::from(asking));
-                        self.call(&mut conn, commands, deadline, asking, op)
-                    }
-                    Err(err) => Err(err),
-                };
+                self.counters.sent(commands + u64::from(asking));
+                result = self.call(&mut conn, commands, deadline, asking, op);
             }
         }
         let value = match result {
@@ -777,7 +669,7 @@ impl LockStore {
         };
         if let Some(timeout) = self.replica_sync {
             if is_replicated_operation(operation) {
-                let wrote = (sending.wrote)(&value);
+                let wrote = wrote(&value);
                 match self.sync_replicas(pool, &mut conn, operation, timeout, wrote) {
                     Ok(()) => {}
                     // A release happened whatever the replicas say: the lock is free on the
