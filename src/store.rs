@@ -487,26 +487,44 @@ impl LockStore {
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
-    /// Publishes `message` on `channel` with plain `PUBLISH` (the listeners' private wake-up
-    /// channels; on a cluster it reaches every node).
+    /// Publishes `message` on `channel` with plain `PUBLISH` at the first master (on a
+    /// cluster it reaches every node).
     pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
-        self.publish_within(channel, message, self.response_timeout)
-    }
-
-    /// [`publish`](Self::publish) within `budget`.
-    pub(crate) fn publish_within(
-        &self,
-        channel: &str,
-        message: &str,
-        budget: Duration,
-    ) -> Result<()> {
-        self.run_within("publish", "", 1, budget, |conn| {
+        self.run("publish", "", 1, |conn| {
             redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg(message)
                 .query::<i64>(conn)
         })?;
         Ok(())
+    }
+
+    /// Publishes `message` on `channel` at the node `addr` (`host:port`) within `budget`: a
+    /// listener's private wake-up channel, at the master whose connection it reads, so that
+    /// another master that stalls or is gone does not hold up (or lose) the wake-up.
+    pub(crate) fn publish_at(
+        &self,
+        addr: &str,
+        channel: &str,
+        message: &str,
+        budget: Duration,
+    ) -> Result<()> {
+        let pool = self.topology.node(addr)?;
+        let deadline = Instant::now() + budget.max(Duration::from_millis(1));
+        let op = |conn: &mut Connection| {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query::<i64>(conn)
+        };
+        self.run_on(&pool, "publish", 1, deadline, false, (&op, &|_| false))
+            .map_err(|failed| failed.into_error(self, "publish", ""))?;
+        Ok(())
+    }
+
+    /// How long one command may wait for its reply.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.response_timeout
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master

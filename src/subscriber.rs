@@ -223,7 +223,8 @@ impl Shared {
             }
             handle.control_channel.clone()
         };
-        if let Err(err) = self.store.publish(&control, "wake") {
+        let budget = self.store.response_timeout();
+        if let Err(err) = self.store.publish_at(&addr, &control, "wake", budget) {
             log::debug!("could not wake the pub/sub listener for {addr}: {err}");
         }
     }
@@ -264,7 +265,8 @@ impl Shared {
                 .map(|h| (h.requests.clone(), h.control_channel.clone()));
             if let Some((requests, control)) = handle {
                 if requests.send(Request::Resync).is_ok() {
-                    let _ = self.store.publish(&control, "wake");
+                    let budget = self.store.response_timeout();
+                    let _ = self.store.publish_at(&addr, &control, "wake", budget);
                 }
             }
         }
@@ -401,17 +403,17 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let handles: Vec<ListenerHandle> = {
+        let handles: Vec<(String, ListenerHandle)> = {
             let mut listeners = self.shared.listeners.lock();
             *self.shared.shutdown.lock() = true;
-            listeners.drain().map(|(_, handle)| handle).collect()
+            listeners.drain().collect()
         };
         let retired = std::mem::take(&mut *self.shared.retired.lock());
         if self.origin.is_forked() {
             // A child made by fork(): the listeners do not exist here (joining them fails),
             // their locks may have been held at the fork, and a wake-up would be sent on a
             // socket the parent still uses. Touch nothing.
-            for handle in handles {
+            for (_, handle) in handles {
                 std::mem::forget(handle.thread);
             }
             std::mem::forget(retired);
@@ -419,8 +421,9 @@ impl Drop for Subscriber {
         }
         self.shared.shutdown_signal.notify_all();
         // Only to spare the read tick: a paused or unreachable Redis must not hold the drop.
-        for handle in &handles {
-            if let Err(err) = self.shared.store.publish_within(
+        for (addr, handle) in &handles {
+            if let Err(err) = self.shared.store.publish_at(
+                addr,
                 &handle.control_channel,
                 "wake",
                 SHUTDOWN_WAKE_BUDGET,
@@ -428,7 +431,11 @@ impl Drop for Subscriber {
                 log::debug!("could not wake a pub/sub listener: {err}");
             }
         }
-        for thread in handles.into_iter().filter_map(|h| h.thread).chain(retired) {
+        for thread in handles
+            .into_iter()
+            .filter_map(|(_, h)| h.thread)
+            .chain(retired)
+        {
             threads::join_stopping(thread, "pub/sub listener");
         }
     }

@@ -642,3 +642,50 @@ fn renewals_follow_ask_and_a_stalled_master_costs_the_others_nothing() {
         drop(guards);
     }
 }
+
+#[test]
+fn a_stalled_master_does_not_hold_up_waiters_on_another() {
+    let cluster = RedisCluster::start();
+    // Commands routed nowhere in particular used to go to the master of slot 0, the listeners'
+    // wake-ups among them: stall that master, and wait on a lock of another one.
+    let first = cluster.master_for_slot(0);
+    let other = cluster
+        .master_ports()
+        .into_iter()
+        .find(|&master| master != first)
+        .expect("another master");
+    let name = name_on(&cluster, other, "wake-elsewhere");
+    let holder = manager_with_lease(&cluster, FAILOVER_LEASE);
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let waiter = LockManager::cluster_builder(&seeds)
+        .watchdog_timeout(FAILOVER_LEASE)
+        .response_timeout(Duration::from_secs(3))
+        .build()
+        .expect("manager");
+    let held = holder.lock(&name).expect("lock");
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4_000)
+        .arg("ALL")
+        .query(&mut conn(first))
+        .expect("CLIENT PAUSE");
+    let w = waiter.clone();
+    let after = woken_after(
+        &waiter,
+        move || {
+            w.try_lock(&name, Duration::from_secs(20))
+                .expect("try_lock")
+                .expect("acquired")
+                .unlock()
+                .expect("unlock")
+        },
+        || held.unlock().expect("unlock"),
+    );
+    // The lease is 9 s, and a wake-up sent to the stalled master would have held the waiter
+    // for its 3 s response timeout.
+    assert!(
+        after < Duration::from_millis(1_500),
+        "the waiter was woken {after:?} after the release"
+    );
+}
