@@ -196,18 +196,22 @@ impl Pool {
     /// reused connection turned out dead. It counts against the pool like any other.
     pub(crate) fn get_fresh_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
         self.origin.check()?;
-        // Drop every idle connection: if one died (server restart), its siblings almost
-        // certainly did too, and each would otherwise cost a failed round trip.
+        self.drop_idle();
+        self.state.lock().open += 1;
+        self.open_counted(deadline)
+    }
+
+    /// Closes every idle connection: when one turned out dead (a server restart), its
+    /// siblings almost certainly are too, and each would otherwise cost a failed round trip.
+    pub(crate) fn drop_idle(&self) {
         let stale = {
             let mut state = self.state.lock();
             let stale = std::mem::take(&mut state.idle);
             state.open -= stale.len();
-            state.open += 1;
             stale
         };
         drop(stale);
         self.freed.notify_all();
-        self.open_counted(deadline)
     }
 
     /// Opens the connection already counted in `open`, or uncounts it on failure.

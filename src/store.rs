@@ -658,6 +658,14 @@ impl LockStore {
         self.counters.sent(commands + u64::from(asking));
         let mut result = self.call(&mut conn, commands, deadline, asking, op);
         if let Err(err) = &result {
+            if conn.reused && is_dead_connection(err) && !may_repeat(operation) {
+                // The server may have run it before the connection died (a CLIENT KILL in
+                // the same pass): sent again, it would count twice. The caller is told; the
+                // next call gets a new connection.
+                conn.discard();
+                pool.drop_idle();
+                return Err(Failed::Redis(result.err().expect("an error")));
+            }
             if conn.reused && is_dead_connection(err) {
                 conn.discard();
                 if Instant::now() >= deadline {
@@ -905,6 +913,16 @@ impl Error {
             other => other,
         }
     }
+}
+
+/// Whether a command may be sent again on a new connection when the pooled one it went out
+/// on turns out dead (docs/DESIGN.md, "Never twice blindly"): not those that would count
+/// twice, whose callers are told that the outcome is unknown instead.
+fn may_repeat(operation: &str) -> bool {
+    !matches!(
+        operation,
+        "semaphore release" | "count-down latch count_down"
+    )
 }
 
 /// Acquires and releases of locks wait for replicas when replica sync is on (docs/DESIGN.md,

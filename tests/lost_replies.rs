@@ -127,3 +127,55 @@ fn waiters_acquire_promptly_after_their_connections_are_cut() -> Result<()> {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     Ok(())
 }
+
+/// Invariant: a latch count-down and a semaphore release, which would count twice, are not
+/// sent again when the pooled connection they went out on dies after the server ran them:
+/// the caller gets a connection error (the outcome is unknown to it), the count moved once,
+/// and the next call goes through on a new connection.
+#[test]
+fn calls_that_would_count_twice_are_not_sent_again_after_their_connection_died() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy, Duration::from_secs(30));
+    let mut conn = server.conn();
+    let latch = manager.get_count_down_latch("no-repeat:latch");
+    assert!(latch.try_set_count(10)?);
+    let semaphore = manager.get_semaphore("no-repeat:semaphore");
+    assert!(semaphore.try_set_permits(10)?);
+    // Once each, so that the server has their scripts: the reply cut off must be the one of
+    // the script's run, not of its NOSCRIPT refusal.
+    latch.count_down()?;
+    semaphore.release(1)?;
+
+    // The reply cut off is the next one on any connection: when it was the listener's, the
+    // call went through and the scenario is run again. Either way the count moves once.
+    let mut cut = |call: &dyn Fn() -> Result<()>, count: &dyn Fn() -> Result<u64>, step: i64| {
+        for _ in 0..5 {
+            support::await_listener(&mut conn, &manager);
+            let before = count()? as i64;
+            let dropped = proxy.dropped();
+            proxy.cut_at_next_reply();
+            let outcome = call();
+            assert_eq!(count()? as i64, before + step, "the call ran once");
+            match outcome {
+                Err(err) => {
+                    assert!(err.is_connection_error(), "{err}");
+                    return Ok(());
+                }
+                Ok(()) => assert!(support::eventually(Duration::from_secs(10), || {
+                    proxy.dropped() > dropped
+                })),
+            }
+        }
+        panic!("the call's reply was never the one cut off");
+    };
+    cut(&|| latch.count_down(), &|| latch.count(), -1)?;
+    cut(
+        &|| semaphore.release(1),
+        &|| semaphore.available_permits(),
+        1,
+    )?;
+    latch.count_down()?;
+    semaphore.release(1)?;
+    Ok(())
+}

@@ -18,6 +18,8 @@ pub struct Proxy {
 struct Shared {
     /// Replies (server-to-client reads) still to swallow.
     drop_replies: AtomicUsize,
+    /// Replies still to swallow while cutting their connection.
+    cut_replies: AtomicUsize,
     /// Replies to let through before the next one swallowed.
     skip_replies: AtomicUsize,
     /// Replies swallowed so far.
@@ -83,6 +85,12 @@ impl Proxy {
         self.shared.drop_replies.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// The next reply the server sends (on any connection) never reaches the client, and
+    /// that connection is cut: the command ran, and the client sees its connection die.
+    pub fn cut_at_next_reply(&self) {
+        self.shared.cut_replies.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// How many replies were swallowed.
     pub fn dropped(&self) -> usize {
         self.shared.dropped.load(Ordering::SeqCst)
@@ -116,6 +124,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
                 Ok(n) => n,
             };
             if let Some(shared) = &replies {
+                let cut = shared
+                    .cut_replies
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if cut {
+                    shared.dropped.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
                 let skipped = shared.drop_replies.load(Ordering::SeqCst) > 0
                     && shared
                         .skip_replies
