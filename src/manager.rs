@@ -107,7 +107,9 @@ impl LockManager {
 
     /// Starts a builder for a master watched by Redis Sentinel: `sentinels` are the
     /// sentinels' URLs (`redis://host:26379/`), `master_name` the name they know the master
-    /// by. The user, password and database of the first URL are used for the master too.
+    /// by. The user, password and database of the first URL are used for the master too;
+    /// a sentinel that refuses them (sentinels often have no password, and Redis then
+    /// refuses any) is asked without them.
     ///
     /// The master is asked from the sentinels (and confirmed by its own `ROLE`); after a
     /// failover (a READONLY reply, a refused connection) it is asked again, and the pub/sub
