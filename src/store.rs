@@ -658,16 +658,15 @@ impl LockStore {
         self.counters.sent(commands + u64::from(asking));
         let mut result = self.call(&mut conn, commands, deadline, asking, op);
         if let Err(err) = &result {
-            if conn.reused && is_dead_connection(err) && !may_repeat(operation) {
-                // The server may have run it before the connection died (a CLIENT KILL in
-                // the same pass): sent again, it would count twice. The caller is told; the
-                // next call gets a new connection.
-                conn.discard();
-                pool.drop_idle();
-                return Err(Failed::Redis(result.err().expect("an error")));
-            }
             if conn.reused && is_dead_connection(err) {
                 conn.discard();
+                if !may_repeat(operation) {
+                    // The server may have run it before the connection died (a CLIENT KILL
+                    // in the same pass): sent again, it would count twice. The caller is
+                    // told; the next call gets a new connection.
+                    pool.drop_idle();
+                    return Err(Failed::Redis(result.err().expect("an error")));
+                }
                 if Instant::now() >= deadline {
                     // Nothing ran (the connection was dead) and no time is left to try again.
                     return Err(Failed::Other(Error::Timeout {
