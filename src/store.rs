@@ -491,10 +491,7 @@ impl LockStore {
     /// cluster it reaches every node).
     pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
         self.run("publish", "", 1, |conn| {
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(message)
-                .query::<i64>(conn)
+            publish_query(conn, channel, message)
         })?;
         Ok(())
     }
@@ -511,12 +508,7 @@ impl LockStore {
     ) -> Result<()> {
         let pool = self.topology.node(addr)?;
         let deadline = Instant::now() + budget.max(Duration::from_millis(1));
-        let op = |conn: &mut Connection| {
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(message)
-                .query::<i64>(conn)
-        };
+        let op = |conn: &mut Connection| publish_query(conn, channel, message);
         self.run_on(&pool, "publish", 1, deadline, false, (&op, &|_| false))
             .map_err(|failed| failed.into_error(self, "publish", ""))?;
         Ok(())
@@ -912,6 +904,11 @@ impl Error {
             other => other,
         }
     }
+}
+
+/// Plain `PUBLISH` of `message` on `channel`; replies how many connections heard it.
+fn publish_query(conn: &mut Connection, channel: &str, message: &str) -> RedisResult<i64> {
+    redis::cmd("PUBLISH").arg(channel).arg(message).query(conn)
 }
 
 /// Whether a command may be sent again on a new connection when the pooled one it went out

@@ -594,9 +594,7 @@ impl Topology {
         }
         Err(last_error.unwrap_or_else(|| Error::invalid("sentinel URLs", "none")))
     }
-}
 
-impl Topology {
     /// A connection to a sentinel. The URL's credentials are the master's; sentinels often
     /// have none of their own (Redis then refuses any AUTH), so when they refuse the
     /// credentials, the sentinel is asked without them. A sentinel that needs other

@@ -230,18 +230,9 @@ fn a_failover_the_sentinels_were_asked_for_is_followed() {
 fn a_database_in_the_url_is_the_masters() {
     let sentinel = RedisSentinel::start();
     // Sentinels have no databases (they refuse SELECT): the database is used on the master.
-    let hosts: Vec<String> = sentinel
-        .sentinel_urls()
-        .iter()
-        .map(|u| {
-            u.trim_start_matches("redis://")
-                .trim_end_matches('/')
-                .to_owned()
-        })
-        .collect();
     let url = format!(
         "redis-sentinel://{}/3#{}",
-        hosts.join(","),
+        sentinel_hosts(&sentinel),
         sentinel.master_name()
     );
     let manager = LockManager::new(&url).expect("manager with database 3");
@@ -290,15 +281,10 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
     }
     config_set(sentinel.master_port(), "requirepass");
 
-    let hosts: Vec<String> = sentinel
-        .sentinel_urls()
-        .iter()
-        .map(|u| format!("127.0.0.1:{}", port_of(u)))
-        .collect();
+    let hosts = sentinel_hosts(&sentinel);
     let url = |password: &str| {
         format!(
-            "redis-sentinel://:{password}@{}#{}",
-            hosts.join(","),
+            "redis-sentinel://:{password}@{hosts}#{}",
             sentinel.master_name()
         )
     };
@@ -333,8 +319,7 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
         .query(&mut master_conn)
         .expect("ACL SETUSER");
     let as_user = format!(
-        "redis-sentinel://locker:lockerpw@{}#{}",
-        hosts.join(","),
+        "redis-sentinel://locker:lockerpw@{hosts}#{}",
         sentinel.master_name()
     );
     let manager = LockManager::new(&as_user).expect("manager of a user without ROLE");
@@ -353,6 +338,16 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
         err.to_string().to_lowercase().contains("auth"),
         "the error does not say authentication failed: {err}"
     );
+}
+
+/// The sentinels as the URL forms list them: `127.0.0.1:p1,127.0.0.1:p2,...`.
+fn sentinel_hosts(sentinel: &RedisSentinel) -> String {
+    sentinel
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("127.0.0.1:{}", port_of(u)))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The port of a `redis://127.0.0.1:PORT/` URL.
