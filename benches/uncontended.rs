@@ -39,8 +39,11 @@ fn uncontended(c: &mut Criterion) {
             request += 1;
             let held_by: Option<i64> = acquire
                 .key("bench:raw")
+                .key("redis_lock__attempt:{bench:raw}:00000000-0000-0000-0000-000000000000:1")
                 .arg(30_000)
                 .arg("00000000-0000-0000-0000-000000000000:1")
+                .arg(request) // the attempt id: a new one per attempt
+                .arg(11_000)
                 .invoke(&mut raw)
                 .expect("raw acquire");
             assert!(held_by.is_none());

@@ -344,10 +344,13 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
         fn cycle(&mut self) {
             let acquire = redis::cmd("EVALSHA")
                 .arg(&self.acquire)
-                .arg(1)
+                .arg(2)
                 .arg(KEY)
+                .arg(format!("redis_lock__attempt:{{{KEY}}}:{OWNER}"))
                 .arg(30_000)
                 .arg(OWNER)
+                .arg(self.request) // the attempt id: a new one per attempt
+                .arg(11_000)
                 .get_packed_command();
             for reply in self.all_at_once(&acquire) {
                 assert_eq!(reply, redis::Value::Nil, "the raw lock is uncontended");
@@ -528,6 +531,8 @@ struct RawSemaphore {
     release: redis::Script,
     key: String,
     channel: String,
+    marker: String,
+    attempts: u64,
 }
 
 impl RawSemaphore {
@@ -544,14 +549,20 @@ impl RawSemaphore {
             release,
             key: key.to_owned(),
             channel: format!("redisson_sc:{{{key}}}"),
+            marker: format!("redis_lock__attempt:{{{key}}}:00000000-0000-0000-0000-000000000000:1"),
+            attempts: 0,
         }
     }
 
     fn acquire(&mut self) {
+        self.attempts += 1;
         let taken: i64 = self
             .acquire
             .key(&self.key)
+            .key(&self.marker)
             .arg(1)
+            .arg(self.attempts)
+            .arg(11_000)
             .invoke(&mut self.conn)
             .expect("raw semaphore acquire");
         assert_eq!(taken, 1, "the raw semaphore has permits to spare");
@@ -624,8 +635,14 @@ impl RawLock {
         let held_by_other: Option<i64> = self
             .acquire
             .key(&self.key)
+            .key(format!(
+                "redis_lock__attempt:{{{}}}:{}",
+                self.key, self.owner
+            ))
             .arg(30_000)
             .arg(&self.owner)
+            .arg(self.request) // the attempt id: the release below moves it on
+            .arg(11_000)
             .invoke(&mut self.conn)
             .expect("raw acquire");
         assert!(held_by_other.is_none(), "the raw lock is uncontended");
@@ -1514,8 +1531,13 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
                 drop(count);
                 let held_by: Option<i64> = acquire
                     .key(key)
+                    .key(format!(
+                        "redis_lock__attempt:{{{key}}}:00000000-0000-0000-0000-000000000000:2"
+                    ))
                     .arg(30_000)
                     .arg("00000000-0000-0000-0000-000000000000:2")
+                    .arg(seen) // the attempt id: one per wake-up
+                    .arg(11_000)
                     .invoke(&mut conn)
                     .expect("raw acquire");
                 let acquired = Instant::now();

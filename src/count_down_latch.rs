@@ -18,7 +18,7 @@ use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
-use crate::names::{check_name, count_down_latch_channel};
+use crate::names::{check_name, count_down_latch_channel, shown};
 
 /// Published when the count reaches zero: every waiter may go (Redisson's message).
 const ZERO_MESSAGE: &str = "0";
@@ -206,8 +206,28 @@ impl CountDownLatch {
         let engine = self.manager.engine();
         engine.check_process()?;
         check_name(&self.name)?;
+        if engine.store().topology().is_cluster() {
+            check_cluster_latch_name(&self.name)?;
+        }
         Ok(engine)
     }
+}
+
+/// On a cluster, refuses a latch name whose channel hashes to another slot than its key (the
+/// scripts touch both). Redisson wraps the name in braces for the channel whatever it holds,
+/// so a name with a `{` usually moves the channel's hash tag away from the key's.
+fn check_cluster_latch_name(name: &str) -> Result<()> {
+    let channel = count_down_latch_channel(name);
+    if crate::slot::of(name.as_bytes()) != crate::slot::of(channel.as_bytes()) {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "on a cluster, the count-down latch {:?} and its channel hash to different \
+                 slots (Redisson's layout wraps the name in braces): use a name without `{{`",
+                shown(name)
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl fmt::Debug for CountDownLatch {

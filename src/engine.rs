@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::attempt_id::AttemptId;
 use crate::clock::BootInstant;
 use crate::config::Config;
 use crate::endpoints::Endpoints;
@@ -69,13 +70,15 @@ pub(crate) struct Engine {
     origin: Origin,
 }
 
-/// The last attempt's facts: when it was sent (its lease counts from then) and its token.
+/// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
+/// its token.
 struct Attempter<'a> {
     engine: &'a Engine,
     kind: &'static dyn LockKind,
     keys: &'a LockKeys,
     owner: String,
     request: &'a Request,
+    id: AttemptId,
     sent: BootInstant,
     token: Option<u64>,
 }
@@ -87,15 +90,20 @@ impl Attempter<'_> {
             lease_ms: self.request.lease_ms,
             fenced: self.request.fenced,
             wait_ms: self.request.wait_ms,
+            attempt_id: self.id.current(),
         }
     }
 
     fn attempt(&mut self) -> Result<Attempt> {
-        self.sent = BootInstant::now();
-        let outcome = match self
+        if !self.id.start() {
+            // A repeated attempt's hold, if the first send took it, counts from that send.
+            self.sent = BootInstant::now();
+        }
+        let outcome = self
             .kind
-            .attempt(&self.engine.store, self.keys, &self.args())
-        {
+            .attempt(&self.engine.store, self.keys, &self.args());
+        self.id.ended(&outcome);
+        let outcome = match outcome {
             Err(err) if err.is_not_replicated() => {
                 self.roll_back();
                 return Err(err);
@@ -282,6 +290,7 @@ impl Engine {
             keys,
             owner: owner_field(&self.client_id, thread),
             request,
+            id: AttemptId::new(),
             sent: BootInstant::now(),
             token: None,
         };

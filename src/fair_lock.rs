@@ -22,15 +22,17 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::latched_script;
+use crate::scripts::{attempt_script, latched_script, replay_lock_reply};
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` queue timeouts, `KEYS[4]` (optional)
-/// fencing counter. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]` queue timeout ms,
-/// `ARGV[4]` now (epoch ms), `ARGV[5]` `1` to join the queue when the lock is not granted,
-/// `0` for a single attempt that leaves no trace.
+/// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` queue timeouts, `KEYS[4]` the owner's
+/// attempt marker, `KEYS[5]` (optional) fencing counter. `ARGV[1]` lease ms, `ARGV[2]` owner
+/// field, `ARGV[3]` queue timeout ms, `ARGV[4]` now (epoch ms), `ARGV[5]` `1` to join the
+/// queue when the lock is not granted, `0` for a single attempt that leaves no trace,
+/// `ARGV[6]` attempt id, `ARGV[7]` marker TTL ms (a repeated send of one attempt gets the
+/// first send's answer: see `ACQUIRE`).
 ///
 /// First drops the waiters at the head whose queue timeout has passed. Grants the lock (hold
 /// count 1, the lease as TTL) when it is free and the queue is empty or headed by the
@@ -41,7 +43,13 @@ use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 /// `ARGV[3]`. Replies nil (or `{token}` when fenced) when granted, else how long to wait
 /// before trying again in ms: the lock's PTTL when it is held (-1: no TTL), or, when it is
 /// free but others are ahead, until the head's timeout, at most 1 s.
-pub const FAIR_ACQUIRE: &str = r#"
+pub const FAIR_ACQUIRE: &str = attempt_script!(
+    marker = 4,
+    id = 6,
+    ttl = 7,
+    held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
+    replay = replay_lock_reply!(),
+    r#"
 local now = tonumber(ARGV[4])
 while true do
     local first = redis.call('lindex', KEYS[2], 0)
@@ -56,14 +64,17 @@ while true do
     redis.call('lpop', KEYS[2])
 end
 local function hold()
-    if KEYS[4] then
-        redis.call('incr', KEYS[4])
+    if KEYS[5] then
+        redis.call('incr', KEYS[5])
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    if KEYS[4] then
-        return {redis.call('get', KEYS[4])}
+    if KEYS[5] then
+        local token = redis.call('get', KEYS[5])
+        taken(token)
+        return {token}
     end
+    taken()
     return nil
 end
 local first = redis.call('lindex', KEYS[2], 0)
@@ -106,7 +117,8 @@ if pttl == -2 then
     return wait
 end
 return pttl
-"#;
+"#
+);
 
 /// A waiter gives up. `KEYS[1]` queue, `KEYS[2]` queue timeouts, `KEYS[3]` lock key,
 /// `KEYS[4]` the lock's channel (waiter channels are `<this>:<owner>`). `ARGV[1]` owner
@@ -239,7 +251,8 @@ impl LockKind for Fair {
         let mut call = ACQUIRE_SCRIPT.prepare_invoke();
         call.key(&*keys.name)
             .key(keys.queue_key())
-            .key(keys.queue_timeout_key());
+            .key(keys.queue_timeout_key())
+            .key(keys.attempt_marker(args.owner));
         if args.fenced {
             call.key(keys.token_key());
         }
@@ -250,7 +263,9 @@ impl LockKind for Fair {
             .arg(args.owner)
             .arg(queue_timeout_ms(store, args))
             .arg(now_ms())
-            .arg(u8::from(queue));
+            .arg(u8::from(queue))
+            .arg(args.attempt_id)
+            .arg(store.latch_ttl_ms());
         let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, args.fenced, &keys.name)
     }

@@ -76,6 +76,8 @@ pub(crate) struct AttemptArgs<'a> {
     /// How long the caller waits at most, in ms (`None`: without limit); a fair lock's queue
     /// keeps a waiter this long.
     pub(crate) wait_ms: Option<u64>,
+    /// The attempt's id, the same in every send of one attempt (see `AttemptId`).
+    pub(crate) attempt_id: &'a str,
 }
 
 /// The reentrant lock's kind, shared by every `Lock`.
@@ -96,9 +98,9 @@ impl LockKind for Reentrant {
         args: &AttemptArgs<'_>,
     ) -> Result<Attempt> {
         if args.fenced {
-            store.try_acquire_fenced(keys, args.lease_ms, args.owner)
+            store.try_acquire_fenced(keys, args.lease_ms, args.owner, args.attempt_id)
         } else {
-            store.try_acquire(keys, args.lease_ms, args.owner)
+            store.try_acquire(keys, args.lease_ms, args.owner, args.attempt_id)
         }
     }
 

@@ -276,6 +276,7 @@
 #![deny(unsafe_code)] // allowed only in the C API module, `capi`
 
 mod acl;
+mod attempt_id;
 #[cfg(feature = "capi")]
 mod capi;
 mod clock;

@@ -12,6 +12,9 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the per-unlock-call latch that makes a retried unlock idempotent.
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
+/// Prefix of the key that remembers an owner's last acquire attempt, so that an attempt sent
+/// again after its reply was lost counts once (this crate's own: Redisson has none).
+const ATTEMPT_PREFIX: &str = "redis_lock__attempt";
 /// Prefix of a fair lock's queue of waiters (a list of owner fields).
 const QUEUE_PREFIX: &str = "redisson_lock_queue";
 /// Prefix of a fair lock's waiter timeouts (a sorted set: owner field → epoch ms).
@@ -61,6 +64,15 @@ pub(crate) fn count_down_latch_channel(name: &str) -> String {
     format!("{COUNT_DOWN_LATCH_CHANNEL_PREFIX}{{{name}}}")
 }
 
+/// `redis_lock__attempt:{name}:<owner>` (brace rule applies): where the acquire attempts of
+/// `owner` on `name` (a lock's, or a semaphore's) are remembered (see `attempt_script!`).
+pub(crate) fn attempt_marker(name: &str, owner: &str) -> String {
+    let mut key = prefixed(ATTEMPT_PREFIX, name);
+    key.push(':');
+    key.push_str(owner);
+    key
+}
+
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
 /// Only the name is stored: one is kept per held lock, and the channel is needed only to wait
@@ -93,6 +105,12 @@ impl LockKeys {
         key.push(':');
         key.push_str(request_id);
         key
+    }
+
+    /// `redis_lock__attempt:{name}:<owner>`: the id and outcome of the last acquire attempt of
+    /// `owner` (a thread of one client) that took something, kept for an unlock latch's TTL.
+    pub(crate) fn attempt_marker(&self, owner: &str) -> String {
+        attempt_marker(&self.name, owner)
     }
 }
 
@@ -158,6 +176,36 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// On a cluster, refuses a name whose keys would hash to different slots (every script of a
+/// lock touches several keys, which must share one slot). By the brace rule the prefixed keys
+/// hash by what lies between their first `{` and the first `}` after it; that is the name's
+/// slot only when the name has a non-empty `{tag}`, or no brace at all. `a{b`, `x{}y` and
+/// `a}b` fail. Redisson's layout, so Redisson cannot use such a name on a cluster either.
+pub(crate) fn check_cluster_name(name: &str) -> Result<()> {
+    // Every prefixed key (channel, counter, latch, marker) hashes as this one does.
+    let prefixed_slot = crate::slot::of(prefixed(CHANNEL_PREFIX, name).as_bytes());
+    if crate::slot::of(name.as_bytes()) != prefixed_slot {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "{:?}: on a cluster its keys would hash to different slots (its braces do \
+                 not make a hash tag); use a name with a tag (`{{orders}}:42`) or without \
+                 braces",
+                shown(name)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// At most 100 bytes of `name`, for messages.
+pub(crate) fn shown(name: &str) -> &str {
+    let mut end = name.len().min(100);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// `prefix:{name}`, or `prefix:name` when the name already has a `{` (Redisson's rule: the
 /// name's own hash tag then decides the cluster slot).
 fn prefixed(prefix: &str, name: &str) -> String {
@@ -195,6 +243,20 @@ mod tests {
     }
 
     #[test]
+    fn attempt_marker_follows_the_brace_rule() {
+        let plain = LockKeys::new("orders:42").unwrap();
+        assert_eq!(
+            plain.attempt_marker("u:7"),
+            "redis_lock__attempt:{orders:42}:u:7"
+        );
+        let tagged = LockKeys::new("{orders}:42").unwrap();
+        assert_eq!(
+            tagged.attempt_marker("u:7"),
+            "redis_lock__attempt:{orders}:42:u:7"
+        );
+    }
+
+    #[test]
     fn fair_and_read_write_keys_follow_the_brace_rule() {
         let plain = LockKeys::new("orders:42").unwrap();
         assert_eq!(plain.queue_key(), "redisson_lock_queue:{orders:42}");
@@ -229,6 +291,27 @@ mod tests {
             count_down_latch_channel("{job}:7"),
             "redisson_countdownlatch__channel__{{job}:7}"
         );
+    }
+
+    #[test]
+    fn a_cluster_refuses_names_whose_keys_split_across_slots() {
+        for name in ["a{b", "x{}y", "}{", "{", "a}b"] {
+            let err = check_cluster_name(name).unwrap_err();
+            assert!(err.is_invalid_argument(), "{name}: {err}");
+        }
+        for name in ["orders:42", "{orders}:42", "x{y}{}", "{a}}"] {
+            check_cluster_name(name).unwrap();
+            let keys = LockKeys::new(name).unwrap();
+            let slot = crate::slot::of(name.as_bytes());
+            assert_eq!(crate::slot::of(keys.channel().as_bytes()), slot, "{name}");
+            assert_eq!(crate::slot::of(keys.token_key().as_bytes()), slot, "{name}");
+            assert_eq!(crate::slot::of(keys.latch("r").as_bytes()), slot, "{name}");
+            assert_eq!(
+                crate::slot::of(keys.attempt_marker("o").as_bytes()),
+                slot,
+                "{name}"
+            );
+        }
     }
 
     #[test]

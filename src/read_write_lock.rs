@@ -23,7 +23,7 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::latched_script;
+use crate::scripts::{attempt_script, latched_script, replay_lock_reply};
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
@@ -35,21 +35,30 @@ const WAKE_ALL_MESSAGE: &str = "1";
 const READ_RENEWALS_PER_CALL: usize = 50;
 
 /// The read acquire. `KEYS[1]` lock key, `KEYS[2]` the owner's read timeout prefix
-/// (`{name}:<owner>:rwlock_timeout`). `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]` the
-/// owner's writer field (`<owner>:write`).
+/// (`{name}:<owner>:rwlock_timeout`), `KEYS[3]` the owner's attempt marker. `ARGV[1]` lease
+/// ms, `ARGV[2]` owner field, `ARGV[3]` the owner's writer field (`<owner>:write`), `ARGV[4]`
+/// attempt id, `ARGV[5]` marker TTL ms (a repeated send of one attempt gets the first send's
+/// answer: see `ACQUIRE`).
 ///
 /// Granted when nobody holds the lock (mode becomes `read`), when it is in `read` mode, or when
 /// it is in `write` mode and the caller is the writer: the caller's count goes up by one (to
 /// `n`), its timeout key `<prefix>:<n>` is set with the lease, and the hash's TTL becomes the
 /// larger of what it had and the lease (the lease, for a new lock). Replies nil when granted,
 /// else the hash's PTTL.
-pub const READ_ACQUIRE: &str = r#"
+pub const READ_ACQUIRE: &str = attempt_script!(
+    marker = 3,
+    id = 4,
+    ttl = 5,
+    held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
+    replay = "return nil",
+    r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then
     redis.call('hset', KEYS[1], 'mode', 'read')
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
     redis.call('pexpire', KEYS[1], ARGV[1])
+    taken()
     return nil
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
@@ -57,10 +66,12 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
     redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
     local left = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))
+    taken()
     return nil
 end
 return redis.call('pttl', KEYS[1])
-"#;
+"#
+);
 
 /// The read release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` the owner's read
 /// timeout prefix, `KEYS[4]` the lock's key prefix (`{name}`: timeout keys are
@@ -120,20 +131,31 @@ return result
 "#
 );
 
-/// The write acquire. `KEYS[1]` lock key, `KEYS[2]` (optional) fencing counter. `ARGV[1]`
-/// lease ms, `ARGV[2]` the writer field (`<owner>:write`).
+/// The write acquire. `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]`
+/// (optional) fencing counter. `ARGV[1]` lease ms, `ARGV[2]` the writer field
+/// (`<owner>:write`), `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms (a repeated send of one
+/// attempt gets the first send's answer: see `ACQUIRE`).
 ///
 /// Granted when nobody holds the lock (mode `write`, the writer's count 1, the lease as TTL),
 /// or re-entered when the caller is the writer: count + 1 and the TTL becomes what was left
 /// **plus** the lease (Redisson's arithmetic). Read holds, even the caller's own, keep a
 /// writer out. Replies nil (fenced: `{token}`) when granted, else the hash's PTTL.
-pub const WRITE_ACQUIRE: &str = r#"
+pub const WRITE_ACQUIRE: &str = attempt_script!(
+    marker = 2,
+    id = 3,
+    ttl = 4,
+    held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
+    replay = replay_lock_reply!(),
+    r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 local function token()
-    if KEYS[2] then
-        redis.call('incr', KEYS[2])
-        return {redis.call('get', KEYS[2])}
+    if KEYS[3] then
+        redis.call('incr', KEYS[3])
+        local granted = redis.call('get', KEYS[3])
+        taken(granted)
+        return {granted}
     end
+    taken()
     return nil
 end
 if not mode then
@@ -151,7 +173,8 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return granted
 end
 return redis.call('pttl', KEYS[1])
-"#;
+"#
+);
 
 /// The write release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` this call's latch,
 /// `KEYS[4..]` latches of this client's earlier releases (deleted). `ARGV[1]` message `1`,
@@ -260,9 +283,12 @@ impl LockKind for Read {
         let mut call = READ_ACQUIRE_SCRIPT.prepare_invoke();
         call.key(&*keys.name)
             .key(keys.read_timeout_prefix(args.owner))
+            .key(keys.attempt_marker(args.owner))
             .arg(args.lease_ms)
             .arg(args.owner)
-            .arg(writer_field(args.owner));
+            .arg(writer_field(args.owner))
+            .arg(args.attempt_id)
+            .arg(store.latch_ttl_ms());
         let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, false, &keys.name)
     }
@@ -348,11 +374,14 @@ impl LockKind for Write {
         args: &AttemptArgs<'_>,
     ) -> Result<Attempt> {
         let mut call = WRITE_ACQUIRE_SCRIPT.prepare_invoke();
-        call.key(&*keys.name);
+        call.key(&*keys.name).key(keys.attempt_marker(args.owner));
         if args.fenced {
             call.key(keys.token_key());
         }
-        call.arg(args.lease_ms).arg(writer_field(args.owner));
+        call.arg(args.lease_ms)
+            .arg(writer_field(args.owner))
+            .arg(args.attempt_id)
+            .arg(store.latch_ttl_ms());
         let reply = store.invoke_attempt(&keys.name, &call)?;
         parse_attempt(reply, args.fenced, &keys.name)
     }

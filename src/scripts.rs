@@ -25,22 +25,80 @@ macro_rules! latched_script {
 }
 pub(crate) use latched_script;
 
-/// `KEYS[1]` lock key. `ARGV[1]` lease ms, `ARGV[2]` owner field.
+/// Builds an acquire script whose repeated sends take one hold: `body` runs after the prologue
+/// every kind's acquire shares. `KEYS[marker]` is the owner's attempt marker
+/// (`redis_lock__attempt:{name}:<owner>`), `ARGV[id]` this attempt's id (the same in every
+/// send of one attempt), `ARGV[ttl]` how long the marker lives in ms (an unlock latch's TTL).
+///
+/// The body calls `taken(stored)` when it took something: the marker then holds
+/// `<id>:<stored>` (`stored` is the fencing token, or empty). A later send of the same attempt
+/// (its first reply was lost) finds its id there and, while `held` is still true (the hold
+/// was not lost meanwhile), runs `replay` with `stored` instead of the body: it answers what
+/// the first send did, and takes nothing more. Any other marker is an earlier attempt's and
+/// is ignored.
+macro_rules! attempt_script {
+    (marker = $marker:literal, id = $id:literal, ttl = $ttl:literal, held = $held:literal,
+     replay = $replay:expr, $body:literal) => {
+        concat!(
+            "\nlocal function taken(stored)\n    redis.call('set', KEYS[",
+            $marker,
+            "], ARGV[",
+            $id,
+            "] .. ':' .. (stored or ''), 'px', ARGV[",
+            $ttl,
+            "])\nend\nlocal seen = redis.call('get', KEYS[",
+            $marker,
+            "])\nif seen and string.sub(seen, 1, #ARGV[",
+            $id,
+            "] + 1) == ARGV[",
+            $id,
+            "] .. ':' and ",
+            $held,
+            " then\n    local stored = string.sub(seen, #ARGV[",
+            $id,
+            "] + 2)\n    ",
+            $replay,
+            "\nend",
+            $body
+        )
+    };
+}
+pub(crate) use attempt_script;
+
+/// What a replayed lock acquire answers: nil, or `{token}` when the first send was fenced.
+macro_rules! replay_lock_reply {
+    () => {
+        "if stored == '' then\n        return nil\n    end\n    return {stored}"
+    };
+}
+pub(crate) use replay_lock_reply;
+
+/// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]`
+/// owner field, `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`).
 /// Replies nil when acquired (new or re-entered), else the holder's PTTL.
-pub const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = attempt_script!(
+    marker = 2,
+    id = 3,
+    ttl = 4,
+    held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
+    replay = "return nil",
+    r#"
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    taken()
     return nil
 end
 return redis.call('pttl', KEYS[1])
-"#;
+"#
+);
 
-/// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter. `ARGV[1]` lease ms,
-/// `ARGV[2]` owner field. Like [`ACQUIRE`], and every acquisition (re-entries too) also
+/// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter, `KEYS[3]` the
+/// owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]` attempt id,
+/// `ARGV[4]` marker TTL ms. Like [`ACQUIRE`], and every acquisition (re-entries too) also
 /// increments the counter. Replies a one-element array with the new token as a string when
 /// acquired (Lua numbers are doubles: a string keeps tokens above 2^53 exact), else the
-/// holder's PTTL.
+/// holder's PTTL. A repeated send of one attempt gets the first send's token.
 ///
 /// The counter is checked first, before anything is written: it must be missing or a string
 /// holding a non-negative integer in Redis' canonical form (no sign, no leading zero) below
@@ -50,7 +108,13 @@ return redis.call('pttl', KEYS[1])
 /// after the lock was taken would leave it held with no guard to release it. The check is on
 /// the string, not on `tonumber` of the whole: Lua numbers are doubles and cannot tell 2^63 - 1
 /// from 2^63.
-pub const FENCED_ACQUIRE: &str = r#"
+pub const FENCED_ACQUIRE: &str = attempt_script!(
+    marker = 3,
+    id = 3,
+    ttl = 4,
+    held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
+    replay = replay_lock_reply!(),
+    r#"
 local kind = redis.call('type', KEYS[2])['ok']
 if kind ~= 'none' then
     -- Names and values go into the message printable and cut short: they may hold any bytes.
@@ -81,10 +145,13 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     redis.call('incr', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {redis.call('get', KEYS[2])}
+    local token = redis.call('get', KEYS[2])
+    taken(token)
+    return {token}
 end
 return redis.call('pttl', KEYS[1])
-"#;
+"#
+);
 
 /// The release, and the handoff to the next local thread. `KEYS[1]` lock key, `KEYS[2]`
 /// unlock channel, `KEYS[3]` this call's latch key, and `KEYS[4..]` (optional) latches of

@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
+use crate::attempt_id::AttemptId;
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
-use crate::names::{check_name, semaphore_channel};
+use crate::names::{attempt_marker, check_name, semaphore_channel};
+use crate::scripts::attempt_script;
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits, `ARGV[2]` publish
 /// command. Only a semaphore that does not exist gets its permits: sets the key to `ARGV[1]`,
@@ -37,11 +39,20 @@ redis.pcall(ARGV[2], KEYS[2], ARGV[1])
 return 1
 "#;
 
-/// `KEYS[1]` the semaphore. `ARGV[1]` permits wanted. Takes them when at least that many are
-/// free (the count goes down by `ARGV[1]`), reply 1; otherwise, or when the semaphore does
-/// not exist, changes nothing, reply 0. A value that is not a number is refused with
-/// WRONGTYPE (so is a key of another type, by GET itself).
-pub const SEMAPHORE_TRY_ACQUIRE: &str = r#"
+/// `KEYS[1]` the semaphore, `KEYS[2]` the calling thread's attempt marker
+/// (`redis_lock__attempt:{name}:<client id>:<thread>`). `ARGV[1]` permits wanted, `ARGV[2]`
+/// attempt id, `ARGV[3]` marker TTL ms. Takes them when at least that many are free (the
+/// count goes down by `ARGV[1]`), reply 1; otherwise, or when the semaphore does not exist,
+/// changes nothing, reply 0. A value that is not a number is refused with WRONGTYPE (so is a
+/// key of another type, by GET itself). A repeated send of one attempt whose first send took
+/// the permits replies 1 and takes nothing more (see `ACQUIRE`).
+pub const SEMAPHORE_TRY_ACQUIRE: &str = attempt_script!(
+    marker = 2,
+    id = 2,
+    ttl = 3,
+    held = "true",
+    replay = "return 1",
+    r#"
 local free = redis.call('get', KEYS[1])
 if free == false then
     return 0
@@ -55,8 +66,10 @@ if free < wanted then
     return 0
 end
 redis.call('decrby', KEYS[1], wanted)
+taken()
 return 1
-"#;
+"#
+);
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits given back, `ARGV[2]`
 /// publish command, `ARGV[3]` the most permits the semaphore may hold. Adds the permits (a
@@ -266,13 +279,22 @@ impl Semaphore {
         let engine = self.engine()?;
         check_permits(permits, false)?;
         let store = engine.store();
+        let marker = attempt_marker(&self.name, &engine.current_owner());
+        let mut attempt = AttemptId::new();
         wait_on_channel(engine, &self.name, &self.channel(), deadline, || {
-            let taken: i64 = store.invoke(
+            attempt.start();
+            let taken = store.invoke::<i64>(
                 "semaphore acquire",
                 &self.name,
-                TRY_ACQUIRE.key(&*self.name).arg(permits),
-            )?;
-            Ok(taken == 1)
+                TRY_ACQUIRE
+                    .key(&*self.name)
+                    .key(&marker)
+                    .arg(permits)
+                    .arg(attempt.current())
+                    .arg(store.latch_ttl_ms()),
+            );
+            attempt.ended(&taken);
+            Ok(taken? == 1)
         })
     }
 

@@ -15,7 +15,7 @@ pub(crate) fn of(key: &[u8]) -> u16 {
 }
 
 /// The part of `key` between the first `{` and the first `}` after it, when not empty.
-fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = key.iter().position(|&b| b == b'{')?;
     let rest = &key[open + 1..];
     let close = rest.iter().position(|&b| b == b'}')?;

@@ -3,8 +3,9 @@
 //! This is the one seam between the lock logic and the deployment. Each command is routed by
 //! its lock's name to the master that serves it ([`Topology`]: one server, the master Sentinel
 //! names, or the slot's master in a cluster), follows MOVED and ASK redirections, and finds
-//! the master again after a failover; only a command that certainly did not run is sent again
-//! (a timeout never is, so an acquire never counts twice). With replica sync on, acquires and
+//! the master again after a failover; a command is sent again only where it did not run, or
+//! where running it twice changes nothing (an acquire carries its attempt id, a release its
+//! latch); a timeout never is. With replica sync on, acquires and
 //! releases wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
 
 use std::collections::HashMap;
@@ -210,14 +211,16 @@ impl LockStore {
     }
 
     /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
-    /// `lease_ms`, or reports the holder's remaining lease.
+    /// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
+    /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
     pub(crate) fn try_acquire(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
+        attempt_id: &str,
     ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner);
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id);
         let pttl: Option<i64> = self.run_attempt(
             &keys.name,
             |conn| query_loading_scripts(conn, |conn| call.query(conn)),
@@ -233,8 +236,9 @@ impl LockStore {
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
+        attempt_id: &str,
     ) -> Result<Attempt> {
-        let call = self.fenced_acquire_call(keys, lease_ms, owner);
+        let call = self.fenced_acquire_call(keys, lease_ms, owner, attempt_id);
         self.run_attempt(
             &keys.name,
             |conn| {
@@ -246,25 +250,43 @@ impl LockStore {
     }
 
     /// `EVALSHA` of the acquire script (see `scripts.rs` for its KEYS and ARGV).
-    fn acquire_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
+    fn acquire_call(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        attempt_id: &str,
+    ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.acquire.get_hash())
-            .arg(1)
+            .arg(2)
             .arg(&*keys.name)
+            .arg(keys.attempt_marker(owner))
             .arg(lease_ms)
-            .arg(owner);
+            .arg(owner)
+            .arg(attempt_id)
+            .arg(self.latch_ttl_ms);
         call
     }
 
     /// `EVALSHA` of the fenced acquire script (see `scripts.rs` for its KEYS and ARGV).
-    fn fenced_acquire_call(&self, keys: &LockKeys, lease_ms: u64, owner: &str) -> redis::Cmd {
+    fn fenced_acquire_call(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        attempt_id: &str,
+    ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
         call.arg(self.scripts.fenced_acquire.get_hash())
-            .arg(2)
+            .arg(3)
             .arg(&*keys.name)
             .arg(keys.token_key())
+            .arg(keys.attempt_marker(owner))
             .arg(lease_ms)
-            .arg(owner);
+            .arg(owner)
+            .arg(attempt_id)
+            .arg(self.latch_ttl_ms);
         call
     }
 
@@ -549,10 +571,12 @@ impl LockStore {
     /// within its wait plus one response timeout, and a stalled server must not hold the
     /// watchdog past the leases it renews).
     ///
-    /// `op` runs again only where it certainly did not run: after a MOVED or ASK reply (on the
-    /// node named), after READONLY or CLUSTERDOWN or a refused connection during a failover
-    /// (on the master found again), and on a fresh connection when a pooled one turned out
-    /// dead. A timeout is never retried, since the command may still run on the server.
+    /// `op` runs again only where it did not run: after a MOVED or ASK reply (on the node
+    /// named), after READONLY or CLUSTERDOWN or a refused connection during a failover (on
+    /// the master found again), and on a fresh connection when a pooled one turned out dead
+    /// (where it may have run after all: see `may_repeat`; an acquire's attempt id makes the
+    /// second send take nothing more). A timeout is never retried, since the command may
+    /// still run on the server.
     pub(crate) fn run_within<T>(
         &self,
         operation: &'static str,

@@ -261,7 +261,12 @@ impl Topology {
     }
 
     /// The master of `key` in the current map, with the map's generation.
+    /// On a cluster, a name whose keys would hash to different slots is refused here, before
+    /// anything is sent (see `check_cluster_name`); `""` means any master.
     pub(crate) fn route(&self, key: &str) -> Result<(Arc<Pool>, u64)> {
+        if self.is_cluster() && !key.is_empty() {
+            crate::names::check_cluster_name(key)?;
+        }
         let map = self.map();
         match map.master_for(key) {
             Some(pool) => Ok((Arc::clone(pool), map.generation)),

@@ -97,6 +97,30 @@ fn locks_live_on_their_slots_master_and_each_master_has_one_listener() {
     let guard = by_url.lock("by-url").expect("lock");
     assert!(manager.get_lock("by-url").is_locked().expect("is_locked"));
     guard.unlock().expect("unlock");
+
+    // Names whose keys would hash to different slots are refused before anything is sent
+    // (the server would answer CROSSSLOT); a name with a hash tag works, on its tag's slot.
+    let sent = manager.stats().commands;
+    for name in ["a{b", "x{}y", "a}b"] {
+        let err = manager.lock(name).unwrap_err();
+        assert!(err.is_invalid_argument(), "{name}: {err}");
+        let err = manager.get_semaphore(name).try_set_permits(1).unwrap_err();
+        assert!(err.is_invalid_argument(), "{name}: {err}");
+    }
+    let err = manager
+        .get_count_down_latch("{job}:7")
+        .try_set_count(1)
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert_eq!(manager.stats().commands, sent, "nothing was sent");
+    let tagged = manager.lock("{orders}:42").expect("a tagged name");
+    let master = cluster.master_for_slot(RedisCluster::slot_of("orders"));
+    let on_master: bool = redis::cmd("EXISTS")
+        .arg("{orders}:42")
+        .query(&mut conn(master))
+        .expect("EXISTS");
+    assert!(on_master, "on the tag's master");
+    tagged.unlock().expect("unlock");
 }
 
 #[test]

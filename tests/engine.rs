@@ -145,12 +145,16 @@ fn acquire_takes_a_fenced_lock_with_a_fixed_lease() -> Result<()> {
 fn redisson_style_lock(conn: &mut redis::Connection, sub: &mut redis::PubSub<'_>, name: &str) {
     let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
     let channel = format!("redisson_lock__channel:{{{name}}}");
+    let owner = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1";
     let mut subscribed = false;
-    loop {
+    for attempt in 0u64.. {
         let pttl: Option<i64> = acquire
             .key(name)
+            .key(format!("redis_lock__attempt:{{{name}}}:{owner}"))
             .arg(30_000)
-            .arg("0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1")
+            .arg(owner)
+            .arg(attempt)
+            .arg(11_000)
             .invoke(conn)
             .expect("acquire");
         let Some(pttl) = pttl else {

@@ -179,3 +179,91 @@ fn calls_that_would_count_twice_are_not_sent_again_after_their_connection_died()
     semaphore.release(1)?;
     Ok(())
 }
+
+/// Runs `call` with the next reply the server sends (on any connection) cut off with its
+/// connection. Returns the call's outcome and whether the cut reply was the call's: then it
+/// was sent twice (again on a new connection). When the cut met another connection (the
+/// listener's check of its subscription), this waits until it happened, so that the next
+/// round starts clean.
+fn cut_reply_of<T>(
+    conn: &mut redis::Connection,
+    manager: &LockManager,
+    proxy: &Proxy,
+    call: impl FnOnce() -> Result<T>,
+) -> Result<(T, bool)> {
+    support::await_listener(conn, manager);
+    let sent = manager.stats().commands;
+    let dropped = proxy.dropped();
+    proxy.cut_at_next_reply();
+    let outcome = call()?;
+    if manager.stats().commands - sent >= 2 {
+        return Ok((outcome, true));
+    }
+    assert!(support::eventually(Duration::from_secs(10), || {
+        proxy.dropped() > dropped
+    }));
+    Ok((outcome, false))
+}
+
+/// Invariant: an acquire whose pooled connection dies after the server ran it is sent again
+/// on a new connection and takes what it asked for once, not twice: one hold of a lock (new
+/// or re-entered), the same fencing token, one semaphore permit. Its attempt id answers the
+/// second send (docs/DESIGN.md, "Never twice blindly").
+#[test]
+fn an_acquire_sent_again_after_its_connection_died_takes_one_hold() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy, Duration::from_secs(30));
+    let mut conn = server.conn();
+    let lock = manager.get_lock("resent:lock");
+    let semaphore = manager.get_semaphore("resent:semaphore");
+    assert!(semaphore.try_set_permits(10)?);
+    // Once each, so that the server has the scripts (the reply cut off must be a script's
+    // run, not its NOSCRIPT refusal) and the pool a connection to reuse.
+    lock.lock_fenced()?.unlock()?;
+    semaphore.acquire(1)?;
+    semaphore.release(1)?;
+
+    let mut resent = [false; 4];
+    for _ in 0..5 {
+        let (guard, again) = cut_reply_of(&mut conn, &manager, &proxy, || lock.lock())?;
+        assert_eq!(lock.hold_count()?, 1, "a new hold, taken once");
+        guard.unlock()?;
+        assert!(!lock.is_locked()?, "one unlock frees it");
+        resent[0] |= again;
+
+        let outer = lock.lock()?;
+        let (inner, again) = cut_reply_of(&mut conn, &manager, &proxy, || lock.lock())?;
+        assert_eq!(lock.hold_count()?, 2, "a re-entry, counted once");
+        inner.unlock()?;
+        outer.unlock()?;
+        assert!(!lock.is_locked()?, "two unlocks free it");
+        resent[1] |= again;
+
+        let (guard, again) = cut_reply_of(&mut conn, &manager, &proxy, || lock.lock_fenced())?;
+        let counter: u64 = conn.get("redisson_lock_token:{resent:lock}").unwrap();
+        assert_eq!(
+            guard.fencing_token(),
+            Some(counter),
+            "the token the first send took"
+        );
+        assert_eq!(lock.hold_count()?, 1);
+        guard.unlock()?;
+        resent[2] |= again;
+
+        let before = semaphore.available_permits()?;
+        let ((), again) = cut_reply_of(&mut conn, &manager, &proxy, || semaphore.acquire(1))?;
+        assert_eq!(
+            semaphore.available_permits()?,
+            before - 1,
+            "one permit taken"
+        );
+        semaphore.release(1)?;
+        resent[3] |= again;
+
+        if resent.iter().all(|&again| again) {
+            return Ok(());
+        }
+    }
+    panic!("some acquire's reply was never the one cut off: {resent:?}");
+}
