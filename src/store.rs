@@ -623,7 +623,7 @@ impl LockStore {
                     } else {
                         // The slot moved: ask for the new map, and send this command where
                         // the server said (the map may be too fresh to be asked again yet).
-                        self.topology.refresh(generation);
+                        self.topology.refresh_by(generation, deadline);
                         generation = self.topology.map().generation;
                         pool = self.topology.node(&addr)?;
                     }
@@ -641,7 +641,7 @@ impl LockStore {
                 std::thread::sleep(
                     FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
                 );
-                self.topology.refresh(generation);
+                self.topology.refresh_by(generation, deadline);
                 (pool, generation) = self.topology.route(name)?;
                 // `run_on` sends nothing once the deadline has passed.
                 continue;

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use redis::{
     Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo,
     Value,
@@ -328,7 +328,22 @@ impl Topology {
     /// `seen_generation` (someone else asked already) or was made a moment ago. Failures
     /// are logged and leave the current map.
     pub(crate) fn refresh(&self, seen_generation: u64) {
-        let mut last = self.refreshing.lock();
+        self.refresh_locked(seen_generation, self.refreshing.lock());
+    }
+
+    /// [`refresh`](Self::refresh) for a caller with a deadline: when another thread is asking
+    /// the deployment already, it waits for that discovery only until `deadline` (then the
+    /// caller goes on with the map it has, and its own retries see the new map once it is
+    /// installed). A discovery that has to connect to nodes that do not answer costs a
+    /// connect timeout each, and a call must return within its wait plus one response
+    /// timeout.
+    pub(crate) fn refresh_by(&self, seen_generation: u64, deadline: Instant) {
+        if let Some(last) = self.refreshing.try_lock_until(deadline) {
+            self.refresh_locked(seen_generation, last);
+        }
+    }
+
+    fn refresh_locked(&self, seen_generation: u64, mut last: MutexGuard<'_, Instant>) {
         let current = self.map();
         if current.generation != seen_generation || last.elapsed() < REFRESH_INTERVAL_MIN {
             return;

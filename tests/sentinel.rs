@@ -358,3 +358,62 @@ fn port_of(url: &str) -> u16 {
         .and_then(|p| p.parse().ok())
         .expect("a port in the URL")
 }
+
+/// Invariant: a call does not wait behind another thread's search for the master past its
+/// own budget. With the master dead and every sentinel stopped (each one asked costs a
+/// timeout), the first thread to ask them is stuck for several timeouts; two callers (the
+/// listener may be a third asker) each get their error within about their own response
+/// timeout, not after that search. Before, every caller waited for it to end.
+#[test]
+fn a_call_does_not_wait_behind_another_threads_search_for_the_master() {
+    let sentinel = RedisSentinel::start();
+    let urls = sentinel.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let timeout = Duration::from_secs(2);
+    let manager = LockManager::sentinel_builder(&urls, sentinel.master_name())
+        .connect_timeout(timeout)
+        .response_timeout(timeout)
+        .build()
+        .expect("a manager through the sentinels");
+    manager
+        .lock("search:a")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    manager
+        .lock("search:b")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+
+    sentinel.kill_master();
+    sentinel.signal_sentinels("-STOP");
+    let start = std::sync::Barrier::new(2);
+    let took: Vec<(Duration, bool)> = std::thread::scope(|s| {
+        let callers: Vec<_> = ["search:a", "search:b"]
+            .into_iter()
+            .map(|name| {
+                let (manager, start) = (&manager, &start);
+                s.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    let failed = manager.lock(name).is_err();
+                    (began.elapsed(), failed)
+                })
+            })
+            .collect();
+        callers.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    sentinel.signal_sentinels("-CONT");
+    assert!(
+        took.iter().all(|&(_, failed)| failed),
+        "no master: {took:?}"
+    );
+    // A search of three stopped sentinels takes three timeouts (6 s); a caller that waited
+    // for it took at least that. One of the two at least asked nobody itself.
+    let fastest = took.iter().map(|&(took, _)| took).min().unwrap();
+    assert!(
+        fastest < timeout * 2,
+        "both callers waited for a search: {took:?}"
+    );
+}

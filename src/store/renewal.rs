@@ -73,7 +73,7 @@ impl LockStore {
         let map = self.topology.map();
         let targets = self.renewal_targets(&map, batch, per_call);
         if targets.is_empty() && !batch.is_empty() {
-            self.topology.refresh(map.generation);
+            self.topology.refresh_by(map.generation, deadline);
         }
         let round = Round {
             store: self,
@@ -110,8 +110,9 @@ impl LockStore {
         }
         if round.refresh.get() {
             // Only now: discovery asks the known masters first, a silent one among them, and
-            // must not hold up reading the others' replies.
-            self.topology.refresh(map.generation);
+            // must not hold up reading the others' replies (nor wait behind another thread's
+            // discovery past the sweep's deadline).
+            self.topology.refresh_by(map.generation, deadline);
         }
         renewed
     }

@@ -259,6 +259,19 @@ impl RedisSentinel {
     pub fn resume(&self, port: u16) {
         self.servers.lock().unwrap()[&port].thaw();
     }
+
+    /// SIGSTOP (`"-STOP"`) or SIGCONT (`"-CONT"`) of every sentinel: a stopped sentinel
+    /// accepts connections (the kernel does) and answers nothing.
+    pub fn signal_sentinels(&self, signal: &str) {
+        for (child, _) in &self.sentinels {
+            let status = std::process::Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill {signal} of a sentinel");
+        }
+    }
 }
 
 impl Drop for RedisSentinel {
