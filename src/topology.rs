@@ -311,7 +311,10 @@ impl Topology {
             return;
         }
         let current = {
-            let mut last = self.refreshing.lock();
+            // A search under way (another thread's) is the check: the watchdog does not wait.
+            let Some(mut last) = self.refreshing.try_lock() else {
+                return;
+            };
             if last.elapsed() < RECHECK_INTERVAL {
                 return;
             }
