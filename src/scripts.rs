@@ -35,7 +35,11 @@ pub(crate) use latched_script;
 /// (its first reply was lost) finds its id there and, while `held` is still true (the hold
 /// was not lost meanwhile), runs `replay` with `stored` instead of the body: it answers what
 /// the first send did, and takes nothing more. Any other marker is an earlier attempt's and
-/// is ignored.
+/// is ignored. A replay still writes (it renews the marker's TTL): `WAIT` counts the
+/// replicas that have this connection's last write, so with replica sync on, a replay on a
+/// new connection that wrote nothing would be acknowledged at once, whether or not any
+/// replica has what the first send wrote. The write comes after it in the replication
+/// stream, so `WAIT` covers both.
 macro_rules! attempt_script {
     (marker = $marker:literal, id = $id:literal, ttl = $ttl:literal, held = $held:literal,
      replay = $replay:expr, $body:literal) => {
@@ -54,7 +58,11 @@ macro_rules! attempt_script {
             $id,
             "] .. ':' and ",
             $held,
-            " then\n    local stored = string.sub(seen, #ARGV[",
+            " then\n    redis.call('pexpire', KEYS[",
+            $marker,
+            "], ARGV[",
+            $ttl,
+            "])\n    local stored = string.sub(seen, #ARGV[",
             $id,
             "] + 2)\n    ",
             $replay,

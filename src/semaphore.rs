@@ -184,9 +184,10 @@ impl Semaphore {
     /// ([`try_set_permits`](Self::try_set_permits)) or permits are released into it. Waiting
     /// costs no polling beyond one look a second: the thread sleeps until a release is
     /// announced. Redis unreachable is an error (after riding out one connect timeout once
-    /// waiting, as a lock's waiter does). An attempt whose reply is lost (a timeout, a broken
-    /// connection) is an error too, and the permits may have been taken by it: they are not
-    /// given back blindly, since that could create permits that were never taken.
+    /// waiting, as a lock's waiter does). An attempt whose connection died under it is sent
+    /// again with the same attempt id and takes its permits once; an attempt whose reply timed
+    /// out is an error, and the permits may have been taken by it: they are not given back
+    /// blindly, since that could create permits that were never taken.
     pub fn acquire(&self, permits: u32) -> Result<()> {
         self.acquire_by(permits, None).map(|_| ())
     }

@@ -185,15 +185,21 @@ fn an_attempt_that_finds_the_lock_held_waits_for_no_replica() {
 
 /// How many WAIT commands the server has run (`INFO commandstats`).
 fn wait_calls(server: &RedisServer) -> u64 {
+    calls(server, "wait")
+}
+
+/// How many `command` commands the server has run (`INFO commandstats`).
+fn calls(server: &RedisServer, command: &str) -> u64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
         .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
     stats
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("a WAIT call count"))
+        .map_or(0, |calls| calls.parse().expect("a call count"))
 }
 
 /// An acquire that took its hold but whose replica acknowledgement never came back (the
@@ -242,4 +248,111 @@ fn an_acquire_whose_acknowledgement_was_lost_is_rolled_back() {
         .expect("lock once the replies come through");
     assert_eq!(guard.lock().hold_count().expect("hold count"), 1);
     guard.unlock().expect("unlock");
+}
+
+/// An acquire sent again on a new connection after its first send ran (the connection died
+/// before the reply) is answered by its attempt id, and is still waited for: the replica must
+/// have what the *first* send wrote. With the replica frozen, it is rolled back and reported.
+#[test]
+fn an_acquire_answered_by_its_attempt_id_still_waits_for_the_replica() {
+    let (master, replica) = master_with_replica();
+    let proxy = Proxy::start(master.port());
+    let manager = LockManager::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(500))
+        .replica_sync_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager through the proxy");
+    // Scripts loaded, the replicas counted, a pooled connection to reuse.
+    manager
+        .lock("warm-up")
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    replica.freeze();
+    // The reply cut off is the next one on any connection: when it was not the acquire's
+    // (the listener's check of its subscription), the acquire went out once, and the
+    // scenario is run again under another name. Either way nothing may be acknowledged.
+    let mut resent = false;
+    for round in 0..5 {
+        let name = format!("replayed-{round}");
+        support::await_listener(&mut master.conn(), &manager);
+        let evalsha = calls(&master, "evalsha");
+        let dropped = proxy.dropped();
+        proxy.cut_at_next_reply();
+        let err = manager
+            .lock(&name)
+            .expect_err("acknowledged although the replica is frozen");
+        assert!(err.is_not_replicated(), "{err}");
+        let left: bool = redis::cmd("EXISTS")
+            .arg(&name)
+            .query(&mut master.conn())
+            .expect("EXISTS on the master");
+        assert!(!left, "the unacknowledged hold was left in place");
+        // Sent twice, then the rollback's release: three script calls.
+        if calls(&master, "evalsha") - evalsha >= 3 {
+            resent = true;
+            break;
+        }
+        assert!(support::eventually(Duration::from_secs(10), || {
+            proxy.dropped() > dropped
+        }));
+    }
+    replica.thaw();
+    assert!(resent, "the acquire's reply was never the one cut off");
+}
+
+/// A replayed acquire (same attempt id) writes, so that `WAIT` on its connection covers what
+/// the first send wrote on another one: `WAIT` counts the replicas that have the connection's
+/// own last write, and a replay that only read would leave that at the connection's earlier
+/// write, which the replica may have acknowledged long ago. Raw script calls: the waiting
+/// loop's retry after a connection error takes such a pooled connection.
+#[test]
+fn a_replayed_acquire_is_covered_by_wait_on_its_connection() {
+    let (master, replica) = master_with_replica();
+    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    let owner = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1";
+    let marker = format!("redis_lock__attempt:{{replayed}}:{owner}");
+    let attempt = |conn: &mut redis::Connection| -> Option<i64> {
+        acquire
+            .key("replayed")
+            .key(&marker)
+            .arg(30_000)
+            .arg(owner)
+            .arg("attempt-1")
+            .arg(10_000)
+            .invoke(conn)
+            .expect("acquire")
+    };
+    let wait = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("WAIT")
+            .arg(1)
+            .arg(300)
+            .query(conn)
+            .expect("WAIT")
+    };
+    // The connection the replay goes out on wrote before, and the replica has that.
+    let mut replaying = master.conn();
+    let _: () = redis::cmd("SET")
+        .arg("earlier")
+        .arg(1)
+        .query(&mut replaying)
+        .expect("SET");
+    assert_eq!(wait(&mut replaying), 1, "the replica has the earlier write");
+
+    replica.freeze();
+    let mut first = master.conn();
+    assert_eq!(attempt(&mut first), None, "the first send takes the lock");
+    assert_eq!(attempt(&mut replaying), None, "the replay answers acquired");
+    let held: i64 = redis::cmd("HGET")
+        .arg("replayed")
+        .arg(owner)
+        .query(&mut first)
+        .expect("HGET");
+    assert_eq!(held, 1, "the replay took nothing");
+    let acked = wait(&mut replaying);
+    replica.thaw();
+    assert_eq!(
+        acked, 0,
+        "WAIT after the replay was answered without the replica having the first send's hold"
+    );
 }
