@@ -74,7 +74,10 @@ pub(crate) fn check_wait(wait: Duration) -> Result<()> {
     if wait.as_millis() > u128::from(MAX_WAIT_MILLIS) {
         return Err(Error::invalid(
             "wait",
-            format!("{wait:?} is longer than the maximum of {MAX_WAIT_MILLIS} ms; use lock() to wait without limit"),
+            format!(
+                "{wait:?} is longer than the maximum of {MAX_WAIT_MILLIS} ms; to wait without \
+                 limit, use the call without a wait (`lock()`, `acquire()`)"
+            ),
         ));
     }
     Ok(())
@@ -292,8 +295,8 @@ impl LockManagerBuilder {
     }
 
     fn validate(&self) -> Result<Config> {
-        let watchdog_timeout_ms = to_millis("watchdog timeout", self.watchdog_timeout)?;
-        if watchdog_timeout_ms < MIN_WATCHDOG_TIMEOUT_MILLIS {
+        // Checked first, so that zero gets the minimum's message too, not Redis' 1 ms.
+        if self.watchdog_timeout < Duration::from_millis(MIN_WATCHDOG_TIMEOUT_MILLIS) {
             return Err(Error::invalid(
                 "watchdog timeout",
                 format!(
@@ -304,6 +307,7 @@ impl LockManagerBuilder {
                 ),
             ));
         }
+        let watchdog_timeout_ms = to_millis("watchdog timeout", self.watchdog_timeout)?;
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size", "must be at least 1"));
         }

@@ -22,7 +22,9 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::{attempt_script, latched_script, replay_lock_reply};
+use crate::scripts::{
+    attempt_script, latched_script, not_a_lock_fn, refuse_data_hash, replay_lock_reply,
+};
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
@@ -42,14 +44,17 @@ use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 /// timeout: the last waiter's timeout (or the lock's expiry when nobody waits) plus
 /// `ARGV[3]`. Replies nil (or `{token}` when fenced) when granted, else how long to wait
 /// before trying again in ms: the lock's PTTL when it is held (-1: no TTL), or, when it is
-/// free but others are ahead, until the head's timeout, at most 1 s.
+/// free but others are ahead, until the head's timeout, at most 1 s. A hash without TTL whose
+/// fields are not hold counts is refused with WRONGTYPE (somebody's data, see `ACQUIRE`).
 pub const FAIR_ACQUIRE: &str = attempt_script!(
     marker = 4,
     id = 6,
     ttl = 7,
     held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
     replay = replay_lock_reply!(),
-    r#"
+    concat!(
+        not_a_lock_fn!(),
+        r#"
 local now = tonumber(ARGV[4])
 while true do
     local first = redis.call('lindex', KEYS[2], 0)
@@ -93,6 +98,11 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return hold()
 end
 local pttl = redis.call('pttl', KEYS[1])
+if pttl == -1 and not_a_lock(KEYS[1]) then
+    "#,
+        refuse_data_hash!(),
+        r#"
+end
 if ARGV[5] == '1' and not redis.call('zscore', KEYS[3], ARGV[2]) then
     local last = redis.call('lindex', KEYS[2], -1)
     local after = nil
@@ -118,6 +128,7 @@ if pttl == -2 then
 end
 return pttl
 "#
+    )
 );
 
 /// A waiter gives up. `KEYS[1]` queue, `KEYS[2]` queue timeouts, `KEYS[3]` lock key,

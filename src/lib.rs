@@ -176,8 +176,8 @@
 //! ([`Error::is_invalid_argument`]). Redis being down is an error, not a hang
 //! ([`Error::is_connection_error`], [`Error::is_timeout`]); a thread already waiting for a
 //! lock rides out an outage of up to one connect timeout (a restart) before reporting it. A
-//! key of the lock's name that is not a lock is reported as [`Error::WrongType`] and left
-//! untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
+//! key of the lock's name that is not a lock (another type, or a hash of somebody's data) is
+//! reported as [`Error::WrongType`] and left untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
 //! nothing on Redis.
 //!
 //! # On the wire
@@ -366,3 +366,9 @@ const _: () = {
     assert_send_sync::<RedLock>();
     assert_send_sync::<RedLockGuard>();
 };
+
+/// The README's Rust examples, compiled (not run: they need a server) as doctests, so that
+/// the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

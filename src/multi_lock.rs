@@ -35,9 +35,22 @@ impl MultiLock {
         &self.locks
     }
 
+    /// Refuses a multi-lock over no lock: its guard would hold nothing (a `RedLock` over no
+    /// master is refused alike).
+    fn check(&self) -> Result<()> {
+        if self.locks.is_empty() {
+            return Err(crate::error::Error::invalid(
+                "locks",
+                "a MultiLock needs at least one lock",
+            ));
+        }
+        Ok(())
+    }
+
     /// Waits as long as it takes to acquire every lock, each with the watchdog lease of its
     /// manager. On an error the holds taken so far are released and the error returned.
     pub fn lock(&self) -> Result<MultiLockGuard> {
+        self.check()?;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             // On `?` the guards taken so far drop, which releases them.
@@ -52,6 +65,7 @@ impl MultiLock {
     pub fn try_lock(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
         // Checked here as each lock would, so a bad wait fails before anything is taken.
         check_wait(wait)?;
+        self.check()?;
         let deadline = Instant::now() + wait;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {

@@ -24,6 +24,21 @@ use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{attempt_script, latched_script, replay_lock_reply};
+
+/// Lua, the start of both acquires: `mode` is the lock's mode, and a key of the name that is
+/// not a read-write lock is refused with WRONGTYPE and left untouched (a string or a list by
+/// HGET itself; a hash without `mode`, such as somebody's data or a plain lock of the same
+/// name, here: taking it over would write into it, and its last release would delete it).
+macro_rules! refuse_hash_without_mode {
+    () => {
+        r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode and redis.call('exists', KEYS[1]) == 1 then
+    return redis.error_reply('WRONGTYPE the key holds a hash without a mode: not a read-write lock')
+end
+"#
+    };
+}
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
@@ -51,8 +66,9 @@ pub const READ_ACQUIRE: &str = attempt_script!(
     ttl = 5,
     held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
     replay = "return nil",
-    r#"
-local mode = redis.call('hget', KEYS[1], 'mode')
+    concat!(
+        refuse_hash_without_mode!(),
+        r#"
 if not mode then
     redis.call('hset', KEYS[1], 'mode', 'read')
     redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -71,6 +87,7 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
 end
 return redis.call('pttl', KEYS[1])
 "#
+    )
 );
 
 /// The read release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` the owner's read
@@ -146,8 +163,9 @@ pub const WRITE_ACQUIRE: &str = attempt_script!(
     ttl = 4,
     held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
     replay = replay_lock_reply!(),
-    r#"
-local mode = redis.call('hget', KEYS[1], 'mode')
+    concat!(
+        refuse_hash_without_mode!(),
+        r#"
 local function token()
     if KEYS[3] then
         redis.call('incr', KEYS[3])
@@ -174,6 +192,7 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 return redis.call('pttl', KEYS[1])
 "#
+    )
 );
 
 /// The write release. `KEYS[1]` lock key, `KEYS[2]` channel, `KEYS[3]` this call's latch,

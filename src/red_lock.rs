@@ -25,7 +25,30 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 ///
 /// Give it one [`Lock`] per master, all of the same name, each from its own
 /// [`LockManager`](crate::LockManager) connected to a different server (no replication
-/// between them).
+/// between them). Two locks of one name from the same manager are refused
+/// ([`Error::InvalidArgument`]): they are one lock on one server, and no round could reach a
+/// quorum. Two managers connected to the same server cannot be told apart from here, and make
+/// the same mistake.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock::{LockManager, RedLock};
+///
+/// # fn main() -> redis_lock::Result<()> {
+/// let masters = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
+/// let managers = masters
+///     .iter()
+///     .map(|url| LockManager::new(url))
+///     .collect::<redis_lock::Result<Vec<_>>>()?;
+/// let redlock = RedLock::new(managers.iter().map(|m| m.get_lock("orders:42")).collect());
+/// if let Some(guard) = redlock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10))? {
+///     // Held on at least 2 of the 3 masters, for `guard.validity()` at least.
+///     println!("valid for {:?}", guard.validity());
+///     guard.unlock()?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # How it acquires
 ///
@@ -147,6 +170,24 @@ impl RedLock {
                 "locks",
                 "a RedLock needs at least one master",
             ));
+        }
+        for (i, lock) in self.locks.iter().enumerate() {
+            let same = |other: &Lock| {
+                other.name() == lock.name()
+                    && other.manager().client_id() == lock.manager().client_id()
+            };
+            if self.locks[..i].iter().any(same) {
+                // One lock on one server, twice: each round would win it once and lose it
+                // once, and `lock` would spin forever.
+                return Err(Error::invalid(
+                    "locks",
+                    format!(
+                        "the lock {:?} of one manager is given twice; a RedLock needs one lock \
+                         per independent master",
+                        crate::names::shown(lock.name())
+                    ),
+                ));
+            }
         }
         let deadline = wait.map(|wait| Instant::now() + wait);
         let mut round = 0u64;

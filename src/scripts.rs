@@ -42,7 +42,7 @@ pub(crate) use latched_script;
 /// stream, so `WAIT` covers both.
 macro_rules! attempt_script {
     (marker = $marker:literal, id = $id:literal, ttl = $ttl:literal, held = $held:literal,
-     replay = $replay:expr, $body:literal) => {
+     replay = $replay:expr, $body:expr) => {
         concat!(
             "\nlocal function taken(stored)\n    redis.call('set', KEYS[",
             $marker,
@@ -81,24 +81,66 @@ macro_rules! replay_lock_reply {
 }
 pub(crate) use replay_lock_reply;
 
+/// Lua: `not_a_lock(key)`, whether the hash at `key` is somebody's data rather than a lock:
+/// every field of a lock (of any kind, Redisson's or ours) but a read-write lock's `mode`
+/// holds a hold count. Reads the whole hash, so it runs only where a lock could not be (a
+/// hash without TTL, a force unlock), never on the way of an acquire that works.
+macro_rules! not_a_lock_fn {
+    () => {
+        r#"
+local function not_a_lock(key)
+    local all = redis.call('hgetall', key)
+    for i = 1, #all, 2 do
+        if all[i] ~= 'mode' and not string.find(all[i + 1], '^%d+$') then
+            return true
+        end
+    end
+    return false
+end
+"#
+    };
+}
+pub(crate) use not_a_lock_fn;
+
+/// The WRONGTYPE error (reported as `Error::WrongType`) for a hash that `not_a_lock` says is
+/// somebody's data, as a Lua statement.
+macro_rules! refuse_data_hash {
+    () => {
+        "return redis.error_reply('WRONGTYPE the key holds a hash whose fields are not hold \
+         counts: not a lock')"
+    };
+}
+pub(crate) use refuse_data_hash;
+
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]`
 /// owner field, `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`).
-/// Replies nil when acquired (new or re-entered), else the holder's PTTL.
+/// Replies nil when acquired (new or re-entered), else the holder's PTTL. A hash without TTL
+/// whose fields are not hold counts is somebody's data, not a lock held forever: refused with
+/// WRONGTYPE (a waiter would wait for it without end).
 pub const ACQUIRE: &str = attempt_script!(
     marker = 2,
     id = 3,
     ttl = 4,
     held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
     replay = "return nil",
-    r#"
+    concat!(
+        not_a_lock_fn!(),
+        r#"
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     taken()
     return nil
 end
-return redis.call('pttl', KEYS[1])
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -1 and not_a_lock(KEYS[1]) then
+    "#,
+        refuse_data_hash!(),
+        r#"
+end
+return pttl
 "#
+    )
 );
 
 /// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter, `KEYS[3]` the
@@ -122,7 +164,9 @@ pub const FENCED_ACQUIRE: &str = attempt_script!(
     ttl = 4,
     held = "redis.call('hexists', KEYS[1], ARGV[2]) == 1",
     replay = replay_lock_reply!(),
-    r#"
+    concat!(
+        not_a_lock_fn!(),
+        r#"
 local kind = redis.call('type', KEYS[2])['ok']
 if kind ~= 'none' then
     -- Names and values go into the message printable and cut short: they may hold any bytes.
@@ -157,8 +201,15 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     taken(token)
     return {token}
 end
-return redis.call('pttl', KEYS[1])
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -1 and not_a_lock(KEYS[1]) then
+    "#,
+        refuse_data_hash!(),
+        r#"
+end
+return pttl
 "#
+    )
 );
 
 /// The release, and the handoff to the next local thread. `KEYS[1]` lock key, `KEYS[2]`
@@ -222,19 +273,28 @@ return out
 "#;
 
 /// `KEYS[1]` lock key, `KEYS[2]` unlock channel. `ARGV[1]` message, `ARGV[2]` publish command.
-/// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash is
-/// refused with WRONGTYPE instead of deleted: it is somebody's data, not a lock.
-pub const FORCE_UNLOCK: &str = r#"
+/// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash, or a
+/// hash whose fields are not hold counts (`not_a_lock`), is refused with WRONGTYPE instead of
+/// deleted: it is somebody's data, not a lock.
+pub const FORCE_UNLOCK: &str = concat!(
+    not_a_lock_fn!(),
+    r#"
 local kind = redis.call('type', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
+end
+if kind == 'hash' and not_a_lock(KEYS[1]) then
+    "#,
+    refuse_data_hash!(),
+    r#"
 end
 if redis.call('del', KEYS[1]) == 1 then
     redis.call(ARGV[2], KEYS[2], ARGV[1])
     return 1
 end
 return 0
-"#;
+"#
+);
 
 /// The compiled (hashed) scripts, shared by everything that talks to one deployment.
 pub(crate) struct Scripts {

@@ -205,6 +205,67 @@ fn a_key_that_is_not_a_lock_is_reported_and_left_alone() -> Result<()> {
     Ok(())
 }
 
+/// A hash at the lock's name that is somebody's data (its fields are not hold counts, and it
+/// has no TTL) is reported as `WrongType` by the acquires and `force_unlock`, and left as it
+/// was: no lock waits for it without end, and nothing deletes or rewrites it.
+#[test]
+fn a_hash_that_is_somebodys_data_is_reported_and_left_alone() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let fields = [("status", "paid"), ("amount", "10")];
+    let _: () = conn.hset_multiple("order:3", &fields).unwrap();
+    let lock = manager.get_lock("order:3");
+    let fair = manager.get_fair_lock("order:3");
+    let rw = manager.get_read_write_lock("order:3");
+
+    let errors = within_a_minute({
+        let (lock, fair, rw) = (lock.clone(), fair.clone(), rw.clone());
+        move || {
+            [
+                lock.lock().map(drop).unwrap_err(),
+                lock.try_lock(Duration::from_secs(30))
+                    .map(drop)
+                    .unwrap_err(),
+                lock.lock_fenced().map(drop).unwrap_err(),
+                fair.lock().map(drop).unwrap_err(),
+                rw.read_lock()
+                    .try_lock(Duration::ZERO)
+                    .map(drop)
+                    .unwrap_err(),
+                rw.write_lock().lock().map(drop).unwrap_err(),
+                lock.force_unlock().map(drop).unwrap_err(),
+            ]
+        }
+    });
+    for err in errors {
+        assert!(err.is_wrong_type(), "{err}");
+        assert!(err.to_string().contains("not a"), "{err}");
+    }
+    let kept: Vec<(String, String)> = conn.hgetall("order:3").unwrap();
+    let mut kept: Vec<(&str, &str)> = kept.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        [("amount", "10"), ("status", "paid")],
+        "the hash is as it was"
+    );
+    let ttl: i64 = conn.pttl("order:3").unwrap();
+    assert_eq!(ttl, -1, "no expiry was added");
+
+    // A plain lock's hash is no read-write lock either: neither takes the other over.
+    let held = manager.lock("order:4")?;
+    let err = manager
+        .get_read_write_lock("order:4")
+        .write_lock()
+        .try_lock(Duration::ZERO)
+        .unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    assert_eq!(held.lock().hold_count()?, 1);
+    held.unlock()?;
+    Ok(())
+}
+
 /// The longest lease and watchdog timeout accepted: 100 years (see `config::MAX_LEASE_MILLIS`).
 const MAX_LEASE: Duration = Duration::from_millis(100 * 365 * 24 * 60 * 60 * 1000);
 

@@ -465,6 +465,27 @@ fn status_json_names_the_holder_and_its_ttl() {
     }
     let value: String = server.conn().get("cli-not-a-lock").unwrap();
     assert_eq!(value, "text", "left untouched");
+
+    // So is a hash that is somebody's data (its fields are not hold counts).
+    let _: () = server
+        .conn()
+        .hset_multiple("cli-order", &[("status", "paid"), ("amount", "10")])
+        .unwrap();
+    for args in [
+        &["status", "cli-order"][..],
+        &["run", "cli-order", "--wait", "0", "--", "true"],
+        &["unlock", "--force", "--yes", "cli-order"],
+    ] {
+        let out = output(redis_lock(&server, args));
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("not a lock"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+    let fields: usize = server.conn().hlen("cli-order").unwrap();
+    assert_eq!(fields, 2, "left untouched");
 }
 
 /// A terminal: a tmux server on a private socket running one program in one pane. Killed on
@@ -690,6 +711,17 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
     let owners = rw["owners"].as_array().expect("owners");
     assert_eq!(owners.len(), 1, "{rw}");
     assert_ne!(owners[0]["owner"], "mode");
+    // `run` names the reader that holds it, not the `mode` field.
+    let out = output(redis_lock(
+        &server,
+        &["run", "cli-rw", "--wait", "0", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(manager.client_id()) && !stderr_of(&out).contains("by mode"),
+        "{}",
+        stderr_of(&out)
+    );
     read.unlock().unwrap();
 
     // A fair lock with one waiter queued behind its holder.

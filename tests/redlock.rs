@@ -250,6 +250,36 @@ fn a_released_red_lock_disconnects_its_lost_signal_and_drop_releases_everywhere(
 fn a_red_lock_without_masters_is_refused() {
     let err = RedLock::new(Vec::new()).lock().unwrap_err();
     assert!(err.is_invalid_argument(), "{err}");
+    let err = MultiLock::new(Vec::new()).lock().unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    let err = MultiLock::new(Vec::new())
+        .try_lock(Duration::ZERO)
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+}
+
+/// The same lock of one manager twice is one lock on one server: no round could win, so
+/// `lock()` would retry forever. It is refused before anything is sent.
+#[test]
+fn a_red_lock_given_one_managers_lock_twice_is_refused() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let twice = RedLock::new(vec![manager.get_lock("rr"), manager.get_lock("rr")]);
+    let sent = manager.stats().commands;
+    let err = twice.lock().map(drop).unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    let err = twice
+        .try_lock(Duration::from_secs(1))
+        .map(drop)
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert_eq!(manager.stats().commands, sent, "nothing was sent");
+    // Two names on one manager are two locks: allowed (Redisson's own example does it).
+    let two = RedLock::new(vec![manager.get_lock("rr:1"), manager.get_lock("rr:2")]);
+    two.try_lock(Duration::from_secs(5))?
+        .expect("both free")
+        .unlock()?;
+    Ok(())
 }
 
 #[test]

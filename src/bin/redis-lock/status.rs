@@ -58,11 +58,21 @@ impl Snapshot {
     }
 }
 
+/// The owner fields of a lock hash; a read-write lock's `mode` is no owner.
 fn owners(fields: Vec<(String, String)>) -> Vec<Owner> {
     fields
         .into_iter()
+        .filter(|(field, _)| field != "mode")
         .map(|(field, holds)| Owner { field, holds })
         .collect()
+}
+
+/// Whether the hash whose owner fields these are is somebody's data rather than a lock: a
+/// lock's owner fields all hold hold counts (the library refuses such a hash the same way).
+fn is_data(owners: &[Owner]) -> bool {
+    owners
+        .iter()
+        .any(|owner| owner.holds.is_empty() || !owner.holds.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `1 hold`, `3 holds`.
@@ -103,6 +113,14 @@ pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
             fields.into_iter().partition(|(field, _)| field == "mode");
         mode = modes.into_iter().next().map(|(_, mode)| mode);
         owners = self::owners(holders);
+        if is_data(&owners) {
+            return Err(Failure::new(
+                crate::exit::DATA,
+                format!(
+                    "the key {name:?} holds a hash whose fields are not hold counts: not a lock"
+                ),
+            ));
+        }
     }
     // A fair lock's waiters, first in line first (empty for the other kinds).
     let queue: Vec<String> = redis::cmd("LRANGE")
