@@ -53,7 +53,10 @@ impl Endpoints {
                 let seeds = node_urls(url, tls(scheme), rest, SERVER_PORT)?;
                 Ok(Endpoints::Cluster { seeds })
             }
-            _ => Ok(Endpoints::Server(url.to_owned())),
+            _ => {
+                check_plain_url(url, scheme, rest)?;
+                Ok(Endpoints::Server(url.to_owned()))
+            }
         }
     }
 
@@ -80,6 +83,47 @@ impl Endpoints {
             return Err(bad_url(url, "give each node as redis://host:port/"));
         }
         Ok(())
+    }
+}
+
+/// What redis-rs refuses with only "did not parse", named: no scheme, an unknown one, a port
+/// that is no port. Anything else is left for redis-rs to check.
+fn check_plain_url(url: &str, scheme: &str, rest: &str) -> Result<()> {
+    const FORMS: &str = "expected redis://[user:password@]host[:port][/db], rediss://..., \
+                         redis+unix:///path, redis-sentinel://... or redis-cluster://...";
+    if scheme.is_empty() {
+        return Err(bad_url(url, &format!("no scheme; {FORMS}")));
+    }
+    let known = [
+        "redis",
+        "rediss",
+        "redis+unix",
+        "unix",
+        "valkey",
+        "valkeys",
+        "valkey+unix",
+    ];
+    if !known.contains(&scheme) {
+        return Err(bad_url(url, &format!("unknown scheme {scheme:?}; {FORMS}")));
+    }
+    if scheme.ends_with("unix") {
+        return Ok(());
+    }
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let port = match host.rfind(':') {
+        // An IPv6 address in brackets has colons of its own.
+        Some(colon) if !host[colon..].contains(']') => &host[colon + 1..],
+        _ => return Ok(()),
+    };
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(()),
+        _ => Err(bad_url(
+            url,
+            &format!("the port {port:?} is not a number from 1 to 65535"),
+        )),
     }
 }
 
@@ -167,6 +211,31 @@ mod tests {
     fn plain_urls_are_one_server() {
         let parsed = Endpoints::parse("redis://127.0.0.1:6379/2").unwrap();
         assert_eq!(parsed, Endpoints::Server("redis://127.0.0.1:6379/2".into()));
+        for url in [
+            "rediss://user:p%40ss@[::1]:6380/0?protocol=resp3",
+            "redis://host",
+            "redis+unix:///run/redis.sock",
+            "unix:///run/redis.sock?db=1",
+        ] {
+            Endpoints::parse(url).unwrap();
+        }
+    }
+
+    #[test]
+    fn plain_urls_say_what_is_wrong() {
+        for (url, says) in [
+            ("", "no scheme"),
+            ("127.0.0.1:6379", "no scheme"),
+            ("http://127.0.0.1/", "unknown scheme \"http\""),
+            ("redis://127.0.0.1:99999/", "port \"99999\""),
+            ("redis://:secret@127.0.0.1:0/", "port \"0\""),
+            ("redis://127.0.0.1:x/", "port \"x\""),
+        ] {
+            let err = Endpoints::parse(url).unwrap_err();
+            assert!(err.is_invalid_argument(), "{url}: {err}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+            assert!(!err.to_string().contains("secret"), "{url}: {err}");
+        }
     }
 
     #[test]

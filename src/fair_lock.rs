@@ -23,7 +23,7 @@ use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{
-    attempt_script, latched_script, not_a_lock_fn, refuse_data_hash, replay_lock_reply,
+    attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply,
 };
 use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
 
@@ -97,12 +97,9 @@ end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return hold()
 end
-local pttl = redis.call('pttl', KEYS[1])
-if pttl == -1 and not_a_lock(KEYS[1]) then
-    "#,
-        refuse_data_hash!(),
+"#,
+        holder_pttl!(),
         r#"
-end
 if ARGV[5] == '1' and not redis.call('zscore', KEYS[3], ARGV[2]) then
     local last = redis.call('lindex', KEYS[2], -1)
     local after = nil

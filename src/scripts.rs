@@ -112,6 +112,20 @@ macro_rules! refuse_data_hash {
 }
 pub(crate) use refuse_data_hash;
 
+/// Lua, where an acquire found the lock key held by another: `pttl` is its PTTL, and a hash
+/// without TTL that is somebody's data (`not_a_lock_fn!` must come first) is refused.
+macro_rules! holder_pttl {
+    () => {
+        concat!(
+            "\nlocal pttl = redis.call('pttl', KEYS[1])\n",
+            "if pttl == -1 and not_a_lock(KEYS[1]) then\n    ",
+            $crate::scripts::refuse_data_hash!(),
+            "\nend\n"
+        )
+    };
+}
+pub(crate) use holder_pttl;
+
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]`
 /// owner field, `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`).
 /// Replies nil when acquired (new or re-entered), else the holder's PTTL. A hash without TTL
@@ -131,15 +145,9 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     redis.call('pexpire', KEYS[1], ARGV[1])
     taken()
     return nil
-end
-local pttl = redis.call('pttl', KEYS[1])
-if pttl == -1 and not_a_lock(KEYS[1]) then
-    "#,
-        refuse_data_hash!(),
-        r#"
-end
-return pttl
-"#
+end"#,
+        holder_pttl!(),
+        "return pttl\n"
     )
 );
 
@@ -200,15 +208,9 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     local token = redis.call('get', KEYS[2])
     taken(token)
     return {token}
-end
-local pttl = redis.call('pttl', KEYS[1])
-if pttl == -1 and not_a_lock(KEYS[1]) then
-    "#,
-        refuse_data_hash!(),
-        r#"
-end
-return pttl
-"#
+end"#,
+        holder_pttl!(),
+        "return pttl\n"
     )
 );
 

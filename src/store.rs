@@ -220,7 +220,7 @@ impl LockStore {
         owner: &str,
         attempt_id: &str,
     ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner, attempt_id);
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, false);
         let pttl: Option<i64> = self.run_attempt(
             &keys.name,
             |conn| query_loading_scripts(conn, |conn| call.query(conn)),
@@ -238,7 +238,7 @@ impl LockStore {
         owner: &str,
         attempt_id: &str,
     ) -> Result<Attempt> {
-        let call = self.fenced_acquire_call(keys, lease_ms, owner, attempt_id);
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true);
         self.run_attempt(
             &keys.name,
             |conn| {
@@ -249,40 +249,28 @@ impl LockStore {
         )
     }
 
-    /// `EVALSHA` of the acquire script (see `scripts.rs` for its KEYS and ARGV).
+    /// `EVALSHA` of the acquire script, or with `fenced` of the fenced one (see `scripts.rs`
+    /// for their KEYS and ARGV: the same but for the fenced one's counter, `KEYS[2]`).
     fn acquire_call(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
         attempt_id: &str,
+        fenced: bool,
     ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.acquire.get_hash())
-            .arg(2)
-            .arg(&*keys.name)
-            .arg(keys.attempt_marker(owner))
-            .arg(lease_ms)
-            .arg(owner)
-            .arg(attempt_id)
-            .arg(self.latch_ttl_ms);
-        call
-    }
-
-    /// `EVALSHA` of the fenced acquire script (see `scripts.rs` for its KEYS and ARGV).
-    fn fenced_acquire_call(
-        &self,
-        keys: &LockKeys,
-        lease_ms: u64,
-        owner: &str,
-        attempt_id: &str,
-    ) -> redis::Cmd {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.fenced_acquire.get_hash())
-            .arg(3)
-            .arg(&*keys.name)
-            .arg(keys.token_key())
-            .arg(keys.attempt_marker(owner))
+        if fenced {
+            call.arg(self.scripts.fenced_acquire.get_hash())
+                .arg(3)
+                .arg(&*keys.name)
+                .arg(keys.token_key());
+        } else {
+            call.arg(self.scripts.acquire.get_hash())
+                .arg(2)
+                .arg(&*keys.name);
+        }
+        call.arg(keys.attempt_marker(owner))
             .arg(lease_ms)
             .arg(owner)
             .arg(attempt_id)

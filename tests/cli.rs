@@ -448,42 +448,30 @@ fn status_json_names_the_holder_and_its_ttl() {
     assert_eq!(free["owners"].as_array().unwrap().len(), 0);
     assert!(free["ttl_ms"].is_null());
 
-    // A key that is not a lock is named as such, for status, run and unlock alike.
+    // A key that is not a lock is named as such, for status, run and unlock alike: a string,
+    // and a hash that is somebody's data (its fields are not hold counts).
     let _: () = server.conn().set("cli-not-a-lock", "text").unwrap();
-    for args in [
-        &["status", "cli-not-a-lock"][..],
-        &["run", "cli-not-a-lock", "--wait", "0", "--", "true"],
-        &["unlock", "--force", "--yes", "cli-not-a-lock"],
-    ] {
-        let out = output(redis_lock(&server, args));
-        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
-        assert!(
-            stderr_of(&out).contains("not a lock"),
-            "{}",
-            stderr_of(&out)
-        );
-    }
-    let value: String = server.conn().get("cli-not-a-lock").unwrap();
-    assert_eq!(value, "text", "left untouched");
-
-    // So is a hash that is somebody's data (its fields are not hold counts).
     let _: () = server
         .conn()
         .hset_multiple("cli-order", &[("status", "paid"), ("amount", "10")])
         .unwrap();
-    for args in [
-        &["status", "cli-order"][..],
-        &["run", "cli-order", "--wait", "0", "--", "true"],
-        &["unlock", "--force", "--yes", "cli-order"],
-    ] {
-        let out = output(redis_lock(&server, args));
-        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
-        assert!(
-            stderr_of(&out).contains("not a lock"),
-            "{}",
-            stderr_of(&out)
-        );
+    for name in ["cli-not-a-lock", "cli-order"] {
+        for args in [
+            &["status", name][..],
+            &["run", name, "--wait", "0", "--", "true"],
+            &["unlock", "--force", "--yes", name],
+        ] {
+            let out = output(redis_lock(&server, args));
+            assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
+            assert!(
+                stderr_of(&out).contains("not a lock"),
+                "{}",
+                stderr_of(&out)
+            );
+        }
     }
+    let value: String = server.conn().get("cli-not-a-lock").unwrap();
+    assert_eq!(value, "text", "left untouched");
     let fields: usize = server.conn().hlen("cli-order").unwrap();
     assert_eq!(fields, 2, "left untouched");
 }

@@ -41,6 +41,10 @@ impl Failure {
     /// (without its password) when the connection failed, since that is what to check.
     pub fn from_lock_error(err: redis_lock::Error, url: &str) -> Self {
         if let redis_lock::Error::InvalidUrl { .. } = err {
+            if err.to_string().contains("expected ") {
+                // The library named the forms already.
+                return Failure::new(USAGE, err.to_string());
+            }
             Failure::new(
                 USAGE,
                 format!(

@@ -48,6 +48,7 @@ Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
 
 Exit codes:
   (the command's)  run: the command's own exit code, or 128+N if signal N ended it
+  1    unlock: the answer to the question was not yes
   64   bad arguments (usage, durations, URL, lock name)
   65   the key exists and is not a lock
   69   Redis cannot be reached or failed
