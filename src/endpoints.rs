@@ -54,7 +54,13 @@ impl Endpoints {
                 Ok(Endpoints::Cluster { seeds })
             }
             _ => {
-                check_plain_url(url, scheme, rest)?;
+                // Only a URL redis-rs refuses is looked at, to say why: nothing it accepts
+                // (`#insecure`, an upper-case scheme, an empty port, `unix:/path`) is refused.
+                if redis::IntoConnectionInfo::into_connection_info(url).is_err() {
+                    if let Some(reason) = what_is_wrong(scheme, rest) {
+                        return Err(bad_url(url, &reason));
+                    }
+                }
                 Ok(Endpoints::Server(url.to_owned()))
             }
         }
@@ -86,13 +92,13 @@ impl Endpoints {
     }
 }
 
-/// What redis-rs refuses with only "did not parse", named: no scheme, an unknown one, a port
-/// that is no port. Anything else is left for redis-rs to check.
-fn check_plain_url(url: &str, scheme: &str, rest: &str) -> Result<()> {
+/// Why redis-rs refused a plain URL, where it says only "did not parse": no scheme, an unknown
+/// one, a port that is no port. `None` when none of these is it (redis-rs' error stands).
+fn what_is_wrong(scheme: &str, rest: &str) -> Option<String> {
     const FORMS: &str = "expected redis://[user:password@]host[:port][/db], rediss://..., \
                          redis+unix:///path, redis-sentinel://... or redis-cluster://...";
     if scheme.is_empty() {
-        return Err(bad_url(url, &format!("no scheme; {FORMS}")));
+        return Some(format!("no scheme; {FORMS}"));
     }
     let known = [
         "redis",
@@ -103,27 +109,26 @@ fn check_plain_url(url: &str, scheme: &str, rest: &str) -> Result<()> {
         "valkeys",
         "valkey+unix",
     ];
-    if !known.contains(&scheme) {
-        return Err(bad_url(url, &format!("unknown scheme {scheme:?}; {FORMS}")));
+    let lowered = scheme.trim().to_ascii_lowercase();
+    if !known.contains(&lowered.as_str()) {
+        return Some(format!("unknown scheme {scheme:?}; {FORMS}"));
     }
-    if scheme.ends_with("unix") {
-        return Ok(());
+    if lowered.ends_with("unix") {
+        return None;
     }
-    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = authority
         .rsplit_once('@')
         .map_or(authority, |(_, host)| host);
     let port = match host.rfind(':') {
         // An IPv6 address in brackets has colons of its own.
         Some(colon) if !host[colon..].contains(']') => &host[colon + 1..],
-        _ => return Ok(()),
+        _ => return None,
     };
     match port.parse::<u16>() {
-        Ok(port) if port > 0 => Ok(()),
-        _ => Err(bad_url(
-            url,
-            &format!("the port {port:?} is not a number from 1 to 65535"),
-        )),
+        Ok(port) if port > 0 => None,
+        _ if port.is_empty() => None,
+        _ => Some(format!("the port {port:?} is not a number from 1 to 65535")),
     }
 }
 
@@ -211,11 +216,17 @@ mod tests {
     fn plain_urls_are_one_server() {
         let parsed = Endpoints::parse("redis://127.0.0.1:6379/2").unwrap();
         assert_eq!(parsed, Endpoints::Server("redis://127.0.0.1:6379/2".into()));
+        // What redis-rs accepts stays accepted (`#insecure`: TLS without certificate checks).
         for url in [
             "rediss://user:p%40ss@[::1]:6380/0?protocol=resp3",
+            "rediss://10.0.0.5:6380#insecure",
+            "redis://127.0.0.1:6379#x",
+            "REDIS://127.0.0.1/",
+            "redis://127.0.0.1:/",
             "redis://host",
             "redis+unix:///run/redis.sock",
             "unix:///run/redis.sock?db=1",
+            "unix:/run/redis.sock",
         ] {
             Endpoints::parse(url).unwrap();
         }
@@ -228,8 +239,7 @@ mod tests {
             ("127.0.0.1:6379", "no scheme"),
             ("http://127.0.0.1/", "unknown scheme \"http\""),
             ("redis://127.0.0.1:99999/", "port \"99999\""),
-            ("redis://:secret@127.0.0.1:0/", "port \"0\""),
-            ("redis://127.0.0.1:x/", "port \"x\""),
+            ("redis://:secret@127.0.0.1:x/", "port \"x\""),
         ] {
             let err = Endpoints::parse(url).unwrap_err();
             assert!(err.is_invalid_argument(), "{url}: {err}");

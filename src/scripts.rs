@@ -83,18 +83,24 @@ pub(crate) use replay_lock_reply;
 
 /// Lua: `not_a_lock(key)`, whether the hash at `key` is somebody's data rather than a lock:
 /// every field of a lock (of any kind, Redisson's or ours) but a read-write lock's `mode`
-/// holds a hold count. Reads the whole hash, so it runs only where a lock could not be (a
-/// hash without TTL, a force unlock), never on the way of an acquire that works.
+/// holds a hold count. Runs only where a lock could not be (a hash without TTL, a force
+/// unlock), never on the way of an acquire that works. Reads the hash 100 fields at a time
+/// (HSCAN), so a large data hash is told from a lock by its first page, not read whole.
 macro_rules! not_a_lock_fn {
     () => {
         r#"
 local function not_a_lock(key)
-    local all = redis.call('hgetall', key)
-    for i = 1, #all, 2 do
-        if all[i] ~= 'mode' and not string.find(all[i + 1], '^%d+$') then
-            return true
+    local cursor = '0'
+    repeat
+        local page = redis.call('hscan', key, cursor, 'count', 100)
+        cursor = page[1]
+        local fields = page[2]
+        for i = 1, #fields, 2 do
+            if fields[i] ~= 'mode' and not string.find(fields[i + 1], '^%d+$') then
+                return true
+            end
         end
-    end
+    until cursor == '0'
     return false
 end
 "#

@@ -589,7 +589,7 @@ impl LockStore {
     ) -> Result<T> {
         let started = Instant::now();
         let deadline = started + budget.max(Duration::from_millis(1));
-        let (mut pool, mut generation) = self.topology.route(name)?;
+        let (mut pool, mut generation) = self.topology.route_by(name, Some(deadline))?;
         let mut asking = false;
         let mut redirects = 0;
         loop {
@@ -630,7 +630,7 @@ impl LockStore {
                     FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
                 );
                 self.topology.refresh_by(generation, deadline);
-                (pool, generation) = self.topology.route(name)?;
+                (pool, generation) = self.topology.route_by(name, Some(deadline))?;
                 // `run_on` sends nothing once the deadline has passed.
                 continue;
             }
@@ -793,7 +793,12 @@ impl LockStore {
                 // A master whose replicas all left may have been replaced by one of them
                 // (a failover still under way): the next command goes where the deployment
                 // says the master is.
-                self.topology.refresh(self.topology.map().generation);
+                // Only if nobody is asking already: this acquire or release has waited for
+                // its replicas long enough.
+                self.topology.refresh_by(
+                    self.topology.map().generation,
+                    Instant::now() + Duration::from_millis(1),
+                );
             }
             Ok(if connected == 0 { usize::MAX } else { 0 })
         })();

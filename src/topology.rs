@@ -264,6 +264,16 @@ impl Topology {
     /// On a cluster, a name whose keys would hash to different slots is refused here, before
     /// anything is sent (see `check_cluster_name`); `""` means any master.
     pub(crate) fn route(&self, key: &str) -> Result<(Arc<Pool>, u64)> {
+        self.route_by(key, None)
+    }
+
+    /// [`route`](Self::route) for a command due by `deadline`: when no master serves the
+    /// slot, the deployment is asked again as [`refresh_by`](Self::refresh_by) does.
+    pub(crate) fn route_by(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(Arc<Pool>, u64)> {
         if self.is_cluster() && !key.is_empty() {
             crate::names::check_cluster_name(key)?;
         }
@@ -272,7 +282,10 @@ impl Topology {
             Some(pool) => Ok((Arc::clone(pool), map.generation)),
             None => {
                 // No master serves the slot: a failover or a resharding is under way.
-                self.refresh(map.generation);
+                match deadline {
+                    Some(deadline) => self.refresh_by(map.generation, deadline),
+                    None => self.refresh(map.generation),
+                }
                 let map = self.map();
                 map.master_for(key)
                     .map(|pool| (Arc::clone(pool), map.generation))
@@ -337,10 +350,14 @@ impl Topology {
     /// [`refresh`](Self::refresh) for a caller with a deadline: when another thread is asking
     /// the deployment already, it waits for that discovery only until `deadline` (then the
     /// caller goes on with the map it has, and its own retries see the new map once it is
-    /// installed). A discovery that has to connect to nodes that do not answer costs a
-    /// connect timeout each, and a call must return within its wait plus one response
-    /// timeout.
+    /// installed), and past the deadline it asks nobody. A discovery that has to connect to
+    /// nodes that do not answer costs a connect timeout each. A discovery the caller runs
+    /// itself is not cut short at the deadline: a map found half-way would be worse than none.
     pub(crate) fn refresh_by(&self, seen_generation: u64, deadline: Instant) {
+        if Instant::now() >= deadline {
+            // Whatever a search found now could not be used by this call any more.
+            return;
+        }
         if let Some(last) = self.refreshing.try_lock_until(deadline) {
             self.refresh_locked(seen_generation, last);
         }

@@ -110,9 +110,11 @@ impl LockStore {
         }
         if round.refresh.get() {
             // Only now: discovery asks the known masters first, a silent one among them, and
-            // must not hold up reading the others' replies (nor wait behind another thread's
-            // discovery past the sweep's deadline).
-            self.topology.refresh_by(map.generation, deadline);
+            // must not hold up reading the others' replies. The sweep's deadline may have
+            // passed (a stalled master): the search may still take one response timeout to
+            // start, behind another thread's.
+            self.topology
+                .refresh_by(map.generation, Instant::now() + self.response_timeout);
         }
         renewed
     }

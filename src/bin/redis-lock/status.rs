@@ -46,6 +46,10 @@ impl Snapshot {
         let Some(first) = self.owners.first() else {
             return "free".into();
         };
+        if self.is_data() {
+            // Acquires wait for such a hash while it has a TTL, as for a holder.
+            return "a hash whose fields are not hold counts (not a lock)".into();
+        }
         let mut text = format!("held by {} ({})", first.field, holds(&first.holds));
         if self.owners.len() > 1 {
             text.push_str(&format!(" and {} more", self.owners.len() - 1));
@@ -55,6 +59,11 @@ impl Snapshot {
             None => text.push_str(", no TTL"),
         }
         text
+    }
+
+    /// Whether the hash is somebody's data rather than a lock (see [`is_data`]).
+    pub fn is_data(&self) -> bool {
+        is_data(&self.owners)
     }
 }
 
@@ -68,7 +77,8 @@ fn owners(fields: Vec<(String, String)>) -> Vec<Owner> {
 }
 
 /// Whether the hash whose owner fields these are is somebody's data rather than a lock: a
-/// lock's owner fields all hold hold counts (the library refuses such a hash the same way).
+/// lock's owner fields all hold hold counts. The library's `force_unlock` refuses such a hash
+/// too, and its acquires when the hash has no TTL (with one, they wait for it as for a holder).
 fn is_data(owners: &[Owner]) -> bool {
     owners
         .iter()

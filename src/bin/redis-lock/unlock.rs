@@ -33,7 +33,8 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
     let manager = LockManager::new(url).map_err(fail)?;
     let lock = manager.get_lock(name);
     if confirm {
-        // Show what would be deleted; also refuses a key that is not a lock before asking.
+        // Show what would be deleted; also refuses a key that is not a lock (another type, or
+        // a hash of data) before asking.
         if !lock.is_locked().map_err(fail)? {
             say!("lock {name:?} is not held; nothing to unlock");
             return Ok(0);
@@ -41,6 +42,14 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
         let mut conn = status::connect(url, name)?;
         let snapshot = Snapshot::read(&mut conn, name)
             .map_err(|err| Failure::from_redis_error(err, name, url))?;
+        if snapshot.is_data() {
+            return Err(Failure::new(
+                exit::DATA,
+                format!(
+                    "the key {name:?} holds a hash whose fields are not hold counts: not a lock"
+                ),
+            ));
+        }
         let mut stderr = std::io::stderr();
         let _ = write!(
             stderr,
