@@ -795,10 +795,8 @@ impl LockStore {
                 // says the master is.
                 // Only if nobody is asking already: this acquire or release has waited for
                 // its replicas long enough.
-                self.topology.refresh_by(
-                    self.topology.map().generation,
-                    Instant::now() + Duration::from_millis(1),
-                );
+                self.topology
+                    .refresh_unless_under_way(self.topology.map().generation);
             }
             Ok(if connected == 0 { usize::MAX } else { 0 })
         })();

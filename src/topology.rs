@@ -363,6 +363,14 @@ impl Topology {
         }
     }
 
+    /// [`refresh`](Self::refresh) unless another thread is asking the deployment already:
+    /// then that search is the refresh, and the caller does not wait for it.
+    pub(crate) fn refresh_unless_under_way(&self, seen_generation: u64) {
+        if let Some(last) = self.refreshing.try_lock() {
+            self.refresh_locked(seen_generation, last);
+        }
+    }
+
     fn refresh_locked(&self, seen_generation: u64, mut last: MutexGuard<'_, Instant>) {
         let current = self.map();
         if current.generation != seen_generation || last.elapsed() < REFRESH_INTERVAL_MIN {
