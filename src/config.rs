@@ -160,6 +160,15 @@ enum Target {
 }
 
 impl LockManagerBuilder {
+    /// The default of [`watchdog_timeout`](Self::watchdog_timeout): 30 s.
+    pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = DEFAULT_WATCHDOG_TIMEOUT;
+    /// The default of [`pool_size`](Self::pool_size): 8.
+    pub const DEFAULT_POOL_SIZE: usize = DEFAULT_POOL_SIZE;
+    /// The default of [`connect_timeout`](Self::connect_timeout): 5 s.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = DEFAULT_CONNECT_TIMEOUT;
+    /// The default of [`response_timeout`](Self::response_timeout): 3 s.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = DEFAULT_RESPONSE_TIMEOUT;
+
     pub(crate) fn new(url: &str) -> Self {
         Self::with_target(Target::Url(url.to_owned()))
     }

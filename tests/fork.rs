@@ -1,5 +1,5 @@
-//! Managers and `fork()`: in a child that inherited a manager (from Rust or through the C API)
-//! calls are refused with a clear error, and dropping or freeing it returns normally, sends
+//! Managers and `fork()`: in a child that inherited a manager (here from Rust; the C API's
+//! `redis_lock_manager_free` in ffi/tests/c/fork_child.c) calls are refused with a clear error, and dropping or freeing it returns normally, sends
 //! nothing and leaves the parent's connections alone; the parent's managers keep working.
 //!
 //! One test in this binary on purpose: it forks, and the child has only the forking thread.
@@ -10,23 +10,6 @@ use std::time::{Duration, Instant};
 
 use redis_lock::{LockManager, Result};
 use support::RedisServer;
-
-#[cfg(feature = "capi")]
-mod c {
-    use std::ffi::{c_char, c_int};
-
-    /// The C API's opaque manager.
-    #[repr(C)]
-    pub struct Manager {
-        _opaque: [u8; 0],
-    }
-
-    // The library's exported C functions, as include/redis_lock.h declares them.
-    extern "C" {
-        pub fn redis_lock_manager_new(url: *const c_char, out: *mut *mut Manager) -> c_int;
-        pub fn redis_lock_manager_free(m: *mut Manager);
-    }
-}
 
 /// The ids of the server's clients.
 fn client_ids(conn: &mut redis::Connection) -> std::collections::BTreeSet<u64> {
@@ -74,17 +57,6 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     let semaphore = inherited.get_semaphore("fork:semaphore");
     assert!(semaphore.try_set_permits(2)?);
     let permits = semaphore.acquire_guard(1)?;
-    #[cfg(feature = "capi")]
-    let c_manager = {
-        let url = std::ffi::CString::new(server.url()).unwrap();
-        let mut m = std::ptr::null_mut();
-        // SAFETY: a NUL-terminated URL and a valid out pointer.
-        assert_eq!(
-            unsafe { c::redis_lock_manager_new(url.as_ptr(), &mut m) },
-            0
-        );
-        m
-    };
     let clients_before = client_ids(&mut conn);
     let publishes_before = support::command_calls(&mut conn, "publish");
 
@@ -114,11 +86,6 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
             // The last reference in the child: Subscriber's and Watchdog's drops run here,
             // where their threads do not exist.
             drop(inherited);
-            #[cfg(feature = "capi")]
-            // SAFETY: a manager from redis_lock_manager_new, freed once in this process.
-            unsafe {
-                c::redis_lock_manager_free(c_manager)
-            };
         }));
         // The guard and its manager are the parent's: releasing them here would release the
         // parent's lock (same owner id). Leave them.
@@ -172,11 +139,6 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     drop(semaphore);
     assert_eq!(holder.get_lock("fork:held").hold_count()?, 1, "still held");
     guard.unlock()?;
-    #[cfg(feature = "capi")]
-    // SAFETY: the parent's manager, freed once here.
-    unsafe {
-        c::redis_lock_manager_free(c_manager)
-    };
     drop(inherited);
     Ok(())
 }

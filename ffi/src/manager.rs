@@ -4,10 +4,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::{guarded, guarded_void, redis_lock_result, str_arg, write_out};
-use crate::config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
-};
-use crate::manager::LockManager;
+use redis_lock::{LockManager, LockManagerBuilder};
 
 /// A lock manager: a connection pool, one watchdog thread and one pub/sub listener thread.
 ///
@@ -42,10 +39,10 @@ pub struct redis_lock_options {
 #[no_mangle]
 pub extern "C" fn redis_lock_options_default() -> redis_lock_options {
     redis_lock_options {
-        watchdog_timeout_ms: DEFAULT_WATCHDOG_TIMEOUT.as_millis() as u64,
-        pool_size: DEFAULT_POOL_SIZE as u32,
-        connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT.as_millis() as u64,
-        response_timeout_ms: DEFAULT_RESPONSE_TIMEOUT.as_millis() as u64,
+        watchdog_timeout_ms: LockManagerBuilder::DEFAULT_WATCHDOG_TIMEOUT.as_millis() as u64,
+        pool_size: LockManagerBuilder::DEFAULT_POOL_SIZE as u32,
+        connect_timeout_ms: LockManagerBuilder::DEFAULT_CONNECT_TIMEOUT.as_millis() as u64,
+        response_timeout_ms: LockManagerBuilder::DEFAULT_RESPONSE_TIMEOUT.as_millis() as u64,
     }
 }
 
@@ -94,16 +91,19 @@ pub unsafe extern "C" fn redis_lock_manager_new_with_options(
         let manager = LockManager::builder(url)
             .watchdog_timeout(millis_or(
                 opts.watchdog_timeout_ms,
-                DEFAULT_WATCHDOG_TIMEOUT,
+                LockManagerBuilder::DEFAULT_WATCHDOG_TIMEOUT,
             ))
             .pool_size(match opts.pool_size {
-                0 => DEFAULT_POOL_SIZE,
+                0 => LockManagerBuilder::DEFAULT_POOL_SIZE,
                 n => n as usize,
             })
-            .connect_timeout(millis_or(opts.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT))
+            .connect_timeout(millis_or(
+                opts.connect_timeout_ms,
+                LockManagerBuilder::DEFAULT_CONNECT_TIMEOUT,
+            ))
             .response_timeout(millis_or(
                 opts.response_timeout_ms,
-                DEFAULT_RESPONSE_TIMEOUT,
+                LockManagerBuilder::DEFAULT_RESPONSE_TIMEOUT,
             ))
             .build()?;
         let handle = Box::into_raw(Box::new(redis_lock_manager { manager }));

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::Error;
+use redis_lock::Error;
 
 /// What a call did. The numbers are stable: C programs may store and compare them.
 #[repr(C)]
@@ -69,6 +69,10 @@ impl From<Error> for Failure {
             | Error::Timeout { .. }
             | Error::NotReplicated { .. } => REDIS_LOCK_REDIS_ERROR,
             Error::ThreadSpawn { .. } => REDIS_LOCK_SYSTEM_ERROR,
+            // `Error` is non-exhaustive, so this crate cannot list every kind: one added to
+            // redis-lock later is reported as a failed call with its message until it is
+            // given a code here.
+            _ => REDIS_LOCK_REDIS_ERROR,
         };
         Failure::new(code, err.to_string())
     }

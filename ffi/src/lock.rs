@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::boundary::redis_lock_result::{self, REDIS_LOCK_NOT_ACQUIRED};
 use super::boundary::{guarded, guarded_void, ref_arg, str_arg, write_out, Failure};
 use super::manager::redis_lock_manager;
-use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::manager::LockManager;
+use redis_lock::LockGuard;
+use redis_lock::LockManager;
+use redis_lock::Result;
 
 /// One hold on a lock, owned by the caller until `redis_lock_unlock` or
 /// `redis_lock_guard_free`. The hold belongs to the thread that acquired it, but the guard may
@@ -345,7 +345,7 @@ unsafe fn inspect<T>(
     name: *const c_char,
     what: &str,
     out: *mut T,
-    query: impl FnOnce(&crate::Lock) -> Result<T>,
+    query: impl FnOnce(&redis_lock::Lock) -> Result<T>,
 ) -> redis_lock_result {
     guarded(|| {
         // SAFETY (all): the caller's contract.

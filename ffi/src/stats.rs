@@ -2,7 +2,7 @@
 
 use super::boundary::{guarded, redis_lock_result, ref_arg, write_out};
 use super::manager::redis_lock_manager;
-use crate::stats::Stats;
+use redis_lock::Stats;
 
 /// A snapshot of a manager's counters since it was created (`redis_lock_manager_stats`), the
 /// C form of the Rust `Stats`. Every counter only grows; report rates as differences between
@@ -49,8 +49,8 @@ pub struct redis_lock_stats {
 
 impl From<Stats> for redis_lock_stats {
     fn from(stats: Stats) -> Self {
-        // Spelled out field by field (no `..`), so a counter added to `Stats` fails to compile
-        // here until the C struct has it too.
+        // `Stats` is non-exhaustive, so a counter added to it would compile here unnoticed:
+        // the test `the_c_struct_has_every_counter` fails until the C struct has it too.
         let Stats {
             commands,
             round_trips,
@@ -65,6 +65,7 @@ impl From<Stats> for redis_lock_stats {
             reconnects,
             local_handoffs,
             yields,
+            ..
         } = stats;
         redis_lock_stats {
             commands,
@@ -114,21 +115,21 @@ mod tests {
 
     #[test]
     fn every_counter_is_copied_and_the_wait_time_is_in_microseconds() {
-        let stats = Stats {
-            commands: 1,
-            round_trips: 2,
-            acquisitions: 3,
-            waits: 4,
-            wait_time: Duration::from_nanos(5_678_999),
-            renewal_sweeps: 6,
-            renewals: 7,
-            renewal_failures: 8,
-            holds_lost: 9,
-            wakeups: 10,
-            reconnects: 11,
-            local_handoffs: 12,
-            yields: 13,
-        };
+        // Field by field: `Stats` is non-exhaustive, so no struct literal from this crate.
+        let mut stats = Stats::default();
+        stats.commands = 1;
+        stats.round_trips = 2;
+        stats.acquisitions = 3;
+        stats.waits = 4;
+        stats.wait_time = Duration::from_nanos(5_678_999);
+        stats.renewal_sweeps = 6;
+        stats.renewals = 7;
+        stats.renewal_failures = 8;
+        stats.holds_lost = 9;
+        stats.wakeups = 10;
+        stats.reconnects = 11;
+        stats.local_handoffs = 12;
+        stats.yields = 13;
         let c = redis_lock_stats::from(stats);
         assert_eq!(
             [
@@ -148,11 +149,35 @@ mod tests {
             ],
             [1, 2, 3, 4, 5_678, 6, 7, 8, 9, 10, 11, 12, 13]
         );
-        let forever = Stats {
-            wait_time: Duration::MAX,
-            ..Stats::default()
-        };
+        let mut forever = Stats::default();
+        forever.wait_time = Duration::MAX;
         assert_eq!(redis_lock_stats::from(forever).wait_time_us, u64::MAX);
+    }
+
+    /// The field names a `{:?}` of a struct shows, in order.
+    fn field_names(debug: &str) -> Vec<String> {
+        let body = &debug[debug.find('{').expect("a struct") + 1..debug.rfind('}').unwrap()];
+        body.split(',')
+            .filter_map(|field| field.split(':').next())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_c_struct_has_every_counter() {
+        let rust = field_names(&format!("{:?}", Stats::default()));
+        let c = field_names(&format!("{:?}", redis_lock_stats::default()));
+        // The one rename: C has no Duration, so the wait time is in microseconds.
+        let rust: Vec<String> = rust
+            .into_iter()
+            .map(|name| match name.as_str() {
+                "wait_time" => "wait_time_us".to_owned(),
+                _ => name,
+            })
+            .collect();
+        assert!(c.len() >= 13, "the test reads the fields: {c:?}");
+        assert_eq!(c, rust, "redis_lock_stats must have every counter of Stats");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::boundary::{guarded, redis_lock_result, ref_arg, str_arg, write_out, Failure};
 use super::manager::redis_lock_manager;
-use crate::semaphore::Semaphore;
+use redis_lock::Semaphore;
 
 /// The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
 /// permits in a Java int.

@@ -4,14 +4,14 @@
 //! `examples/c/Makefile`) and through CMake's `find_package` (`examples/c/cmake/`), warnings
 //! as errors, and run against a throwaway redis-server, loading the *installed* library.
 //!
-//! The install builds the release libraries once (`cargo build --release --lib`, in this
+//! The install builds the release libraries once (`cargo build --release -p redis-lock-ffi`, in this
 //! test run's target directory, so CI builds them once): 139 s from an empty target directory
 //! on two shared cores, about 10 s after a change to the crate alone, under a second when
 //! they are fresh. The builds through pkg-config and CMake
 //! are skipped, with a notice, when `pkg-config`, `make` or `cmake` is missing;
 //! `scripts/ensure-deps` installs them.
-#![cfg(feature = "capi")]
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::fs::File;
@@ -32,8 +32,11 @@ const BUILD_LIMIT: Duration = Duration::from_secs(5 * 60);
 /// How long one run of a C program may take (they take about a second).
 const RUN_LIMIT: Duration = Duration::from_secs(2 * 60);
 
+/// The repository's top directory (this crate is `ffi/` in it).
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("ffi/ is inside the repository")
 }
 
 /// This test run's scratch directory, `<target>/tmp/c_packaging/`, emptied on first use.
