@@ -12,7 +12,8 @@ use std::time::Duration;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A lock name was refused before anything was sent (empty or too long).
+    /// A name (of a lock, semaphore or count-down latch) was refused before anything was sent:
+    /// empty, too long, or one a cluster cannot serve.
     InvalidName {
         /// Why the name was refused.
         reason: String,
@@ -25,8 +26,9 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
-    /// The connection URL could not be parsed. The URL is not repeated, since it may contain
-    /// a password.
+    /// The connection URL could not be parsed, or the server refused what it names (a
+    /// database number it does not have). The URL is not repeated, since it may contain a
+    /// password.
     InvalidUrl {
         /// The parser's complaint.
         source: redis::RedisError,
@@ -147,6 +149,21 @@ impl Error {
         }
     }
 
+    /// Classifies an error from opening a connection: a database number the server does not
+    /// have is the URL's fault, which no retry mends; anything else is a failure to connect.
+    pub(crate) fn from_connect(source: redis::RedisError) -> Self {
+        // The server's own words since Redis 2 (`ERR DB index is out of range`); redis-rs
+        // reports the refused SELECT as a response error with them as its detail.
+        if source
+            .detail()
+            .is_some_and(|detail| detail.contains("DB index is out of range"))
+        {
+            Error::InvalidUrl { source }
+        } else {
+            Error::Connect { source }
+        }
+    }
+
     /// Classifies an error from a command that ran against the lock named `name`.
     pub(crate) fn from_command(
         operation: &'static str,
@@ -172,7 +189,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidName { reason } => write!(f, "invalid lock name: {reason}"),
+            Error::InvalidName { reason } => write!(f, "invalid name: {reason}"),
             Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidUrl { source } => write!(f, "invalid Redis URL: {source}"),
             Error::Connect { source } => write!(f, "cannot connect to Redis: {source}"),

@@ -120,7 +120,7 @@ impl Pool {
         let step = (self.connect_timeout / (self.setup_replies + 1)).max(Duration::from_millis(1));
         client
             .get_connection_with_timeout(step)
-            .map_err(|source| Error::Connect { source })
+            .map_err(Error::from_connect)
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).
@@ -141,7 +141,7 @@ impl Pool {
                         after: timeout,
                     }
                 } else {
-                    Error::Connect { source }
+                    Error::from_connect(source)
                 }
             })
     }

@@ -112,12 +112,29 @@ impl Nodes {
         ))
     }
 
+    /// The error for the first command on a new connection to `node` not answered in time.
+    /// Over TLS, that is most often a server that does not speak TLS on that port: the
+    /// handshake, which redis-rs runs with the first command, waits for a reply that never
+    /// comes, and the socket's "Resource temporarily unavailable" would not say so.
+    fn first_reply_timeout(&self, node: &ConnectionInfo) -> Error {
+        let operation = match node.addr() {
+            ConnectionAddr::TcpTls { .. } => {
+                "the first reply over TLS (does the server serve TLS on that port?)"
+            }
+            _ => "the first reply from Redis",
+        };
+        Error::Timeout {
+            operation,
+            after: self.response_timeout,
+        }
+    }
+
     /// A connection of its own, for discovery, with the pool's timeouts.
     fn probe(&self, info: ConnectionInfo) -> Result<Connection> {
         let conn = self
             .client(info)?
             .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|source| Error::Connect { source })?;
+            .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(|source| Error::Connect { source })?;
         Ok(conn)
@@ -428,6 +445,9 @@ impl Topology {
                 let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
                 let replicas = match redis::cmd("ROLE").query::<Value>(&mut *conn) {
                     Ok(role) => replicas_of_role(&role).unwrap_or(0),
+                    Err(source) if source.is_timeout() => {
+                        return Err(self.nodes.first_reply_timeout(&self.nodes.template))
+                    }
                     Err(source) => match Error::from_command("connecting", "", source) {
                         // A user without the right to ROLE (an ACL without @admin) can still
                         // lock: replica sync is then off for this server.
@@ -492,13 +512,19 @@ impl Topology {
 
     /// `CLUSTER SLOTS` on one node.
     fn ask_cluster(&self, node: ConnectionInfo) -> Result<Vec<SlotRange>> {
-        let mut conn = self.nodes.probe(node)?;
+        let mut conn = self.nodes.probe(node.clone())?;
         let reply: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query(&mut conn)
-            .map_err(|source| Error::Redis {
-                operation: "finding the cluster's slots",
-                source,
+            .map_err(|source| {
+                if source.is_timeout() {
+                    self.nodes.first_reply_timeout(&node)
+                } else {
+                    Error::Redis {
+                        operation: "finding the cluster's slots",
+                        source,
+                    }
+                }
             })?;
         parse_cluster_slots(reply).ok_or_else(|| Error::Redis {
             operation: "finding the cluster's slots",

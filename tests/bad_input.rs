@@ -30,9 +30,19 @@ fn empty_and_oversized_names_are_refused_by_every_operation() -> Result<()> {
             lock.force_unlock().map(drop).unwrap_err(),
             manager.lock(name).map(drop).unwrap_err(),
         ];
-        for err in errors {
+        let semaphore = manager.get_semaphore(name);
+        let latch = manager.get_count_down_latch(name);
+        let others = [
+            semaphore.try_set_permits(1).map(drop).unwrap_err(),
+            semaphore.try_acquire(1, wait).map(drop).unwrap_err(),
+            semaphore.available_permits().map(drop).unwrap_err(),
+            latch.try_set_count(1).map(drop).unwrap_err(),
+            latch.wait(wait).map(drop).unwrap_err(),
+        ];
+        for err in errors.into_iter().chain(others) {
             assert!(matches!(err, Error::InvalidName { .. }), "{err}");
-            assert!(err.to_string().starts_with("invalid lock name: "), "{err}");
+            // Not "lock name": the same words serve semaphores and latches.
+            assert!(err.to_string().starts_with("invalid name: "), "{err}");
         }
     }
     // The longest accepted name works end to end.
@@ -104,6 +114,26 @@ fn unparseable_urls_are_refused_without_echoing_them() {
         assert!(matches!(err, Error::InvalidUrl { .. }), "{url:?}: {err}");
         assert!(!err.to_string().contains("secret"), "{err}");
     }
+}
+
+#[test]
+fn a_database_number_the_server_does_not_have_is_an_invalid_url() {
+    let server = RedisServer::start_with(&["--databases", "4"]);
+    let url = |db: u32| format!("redis://127.0.0.1:{}/{db}", server.port());
+    let err = LockManager::new(&url(4)).unwrap_err();
+    // The URL's fault, not the server's: no retry mends it.
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err}");
+    assert!(
+        err.is_invalid_argument() && !err.is_connection_error(),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("DB index is out of range"),
+        "{err}"
+    );
+    // The last one it has works.
+    let manager = LockManager::new(&url(3)).expect("database 3 of 4");
+    manager.lock("db3").unwrap().unlock().unwrap();
 }
 
 #[test]

@@ -381,7 +381,7 @@ fn bad_arguments_exit_64_and_no_redis_69() {
         "--no-such-flag",
     );
     usage(&["frobnicate"], "frobnicate");
-    usage(&["run", "", "--", "true"], "invalid lock name");
+    usage(&["run", "", "--", "true"], "invalid name");
     usage(&["unlock", "x"], "--force");
     // No terminal to confirm on, and no --yes.
     usage(&["unlock", "--force", "x"], "--yes");
@@ -389,6 +389,14 @@ fn bad_arguments_exit_64_and_no_redis_69() {
     let out = output(redis_lock_at("foo://", &["status", "x"]));
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("invalid Redis URL"));
+
+    // A database the server does not have is the URL's fault too.
+    let out = output(redis_lock_at(
+        &format!("{}99", server.url()),
+        &["status", "x"],
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("DB index is out of range"));
 
     let nobody = format!("redis://127.0.0.1:{}/", support::free_port());
     for args in [&["status", "x"][..], &["run", "x", "--", "true"]] {

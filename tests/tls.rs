@@ -132,3 +132,19 @@ fn a_server_certificate_from_an_untrusted_ca_is_a_connection_error() {
     let err = LockManager::new(&format!("rediss://localhost:{tls_port}/")).unwrap_err();
     assert!(err.is_connection_error(), "{err}");
 }
+
+#[test]
+fn rediss_to_a_server_without_tls_says_so_instead_of_eagain() {
+    let server = RedisServer::start();
+    let url = format!("rediss://127.0.0.1:{}/", server.port());
+    let err = LockManager::builder(&url)
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap_err();
+    // The plain server waits for the rest of a "command" (the TLS hello), so the handshake
+    // gets no answer: a timeout, and one that names TLS rather than "Resource temporarily
+    // unavailable".
+    assert!(err.is_timeout(), "{err}");
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(!err.to_string().contains("os error"), "{err}");
+}

@@ -40,9 +40,12 @@ impl Failure {
     /// A failure of the library, classified by what a script can do about it. `url` is named
     /// (without its password) when the connection failed, since that is what to check.
     pub fn from_lock_error(err: redis_lock::Error, url: &str) -> Self {
-        if let redis_lock::Error::InvalidUrl { .. } = err {
-            if err.to_string().contains("expected ") {
-                // The library named the forms already.
+        if let redis_lock::Error::InvalidUrl { source } = &err {
+            if err.to_string().contains("expected ")
+                || matches!(source.kind(), redis::ErrorKind::Server(_))
+            {
+                // The library named the forms already, or the URL parsed and the server
+                // refused what it names (a database number it does not have).
                 return Failure::new(USAGE, err.to_string());
             }
             Failure::new(
