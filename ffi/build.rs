@@ -1,7 +1,7 @@
-//! Gives the shared library a versioned soname on ELF targets (`libredis_lock.so.<major>`),
-//! as C libraries have: programs linked against it then record that name and keep loading a
+//! Gives the shared library (built as `libredis_lock_ffi.so`) the versioned soname it is
+//! installed under on ELF targets, `libredis_lock.so.<major>`, as C libraries have: programs linked against it then record that name and keep loading a
 //! compatible library when a newer one with another major version is installed beside it.
-//! `scripts/install-c` installs the file under its full version with the soname and
+//! `scripts/install-c` installs the file as `libredis_lock.so.<version>`, with the soname and
 //! `libredis_lock.so` as symlinks.
 
 fn main() {

@@ -1,6 +1,6 @@
 //! The C API of redis-lock: opaque handles, plain result codes and a thread-local error
-//! message over the Rust API, for C and C++ programs. Builds `libredis_lock.so` and
-//! `libredis_lock.a`; the header, `include/redis_lock.h`, is generated from this crate by
+//! message over the Rust API, for C and C++ programs. Builds `libredis_lock_ffi.so` and
+//! `libredis_lock_ffi.a`, installed as `libredis_lock` (see `scripts/install-c`); the header, `include/redis_lock.h`, is generated from this crate by
 //! cbindgen (`ffi/cbindgen.toml`). `scripts/install-c` installs both with pkg-config and CMake
 //! files (docs/C.md).
 //!
