@@ -1,6 +1,7 @@
-//! Managers and `fork()`: in a child that inherited a manager (here from Rust; the C API's
-//! `redis_lock_manager_free` in ffi/tests/c/fork_child.c) calls are refused with a clear error, and dropping or freeing it returns normally, sends
-//! nothing and leaves the parent's connections alone; the parent's managers keep working.
+//! Managers and `fork()`: in a child that inherited a manager (here from Rust; through the C
+//! API in ffi/tests/c/fork_child.c) calls are refused with a clear error, and dropping or
+//! freeing it returns normally, sends nothing and leaves the parent's connections alone; the
+//! parent's managers keep working.
 //!
 //! One test in this binary on purpose: it forks, and the child has only the forking thread.
 

@@ -238,16 +238,76 @@ mod tests {
         assert_eq!(last_error(), "name is NULL");
     }
 
+    /// Every kind of error `redis_lock::Error` has today, with its code. (The match in
+    /// `From<Error>` needs a catch-all arm, `Error` being non-exhaustive: this test is what
+    /// notices a kind mapped wrongly or left to it.)
     #[test]
     fn errors_map_to_stable_codes() {
-        let spawn = Error::ThreadSpawn {
-            source: std::io::Error::other("no threads left"),
-        };
-        assert_eq!(Failure::from(spawn).code, REDIS_LOCK_SYSTEM_ERROR);
-        let not_held = Error::NotHeld { name: "n".into() };
-        assert_eq!(Failure::from(not_held).code, REDIS_LOCK_NOT_HELD);
-        let wrong = Error::WrongType { name: "n".into() };
-        assert_eq!(Failure::from(wrong).code, REDIS_LOCK_REDIS_ERROR);
+        let redis = || redis::RedisError::from((redis::ErrorKind::Io, "gone"));
+        let cases = [
+            (
+                Error::InvalidName { reason: "r".into() },
+                REDIS_LOCK_INVALID_ARGUMENT,
+            ),
+            (
+                Error::InvalidArgument {
+                    what: "lease",
+                    reason: "r".into(),
+                },
+                REDIS_LOCK_INVALID_ARGUMENT,
+            ),
+            (
+                Error::InvalidUrl { source: redis() },
+                REDIS_LOCK_INVALID_ARGUMENT,
+            ),
+            (
+                Error::Forked {
+                    created_in: 1,
+                    used_in: 2,
+                },
+                REDIS_LOCK_INVALID_ARGUMENT,
+            ),
+            (Error::NotHeld { name: "n".into() }, REDIS_LOCK_NOT_HELD),
+            (Error::Connect { source: redis() }, REDIS_LOCK_REDIS_ERROR),
+            (
+                Error::Redis {
+                    operation: "acquire",
+                    source: redis(),
+                },
+                REDIS_LOCK_REDIS_ERROR,
+            ),
+            (
+                Error::WrongType { name: "n".into() },
+                REDIS_LOCK_REDIS_ERROR,
+            ),
+            (
+                Error::Timeout {
+                    operation: "acquire",
+                    after: std::time::Duration::ZERO,
+                },
+                REDIS_LOCK_REDIS_ERROR,
+            ),
+            (
+                Error::NotReplicated {
+                    operation: "acquire",
+                    replicas: 1,
+                    timeout: std::time::Duration::ZERO,
+                },
+                REDIS_LOCK_REDIS_ERROR,
+            ),
+            (
+                Error::ThreadSpawn {
+                    source: std::io::Error::other("no threads left"),
+                },
+                REDIS_LOCK_SYSTEM_ERROR,
+            ),
+        ];
+        for (err, code) in cases {
+            let shown = err.to_string();
+            let failure = Failure::from(err);
+            assert_eq!(failure.code, code, "{shown}");
+            assert_eq!(failure.message, shown);
+        }
         assert_eq!(REDIS_LOCK_OK as c_int, 0);
         assert_eq!(REDIS_LOCK_SYSTEM_ERROR as c_int, 6);
     }

@@ -80,6 +80,10 @@ int main(int argc, char **argv) {
         EXPECT(redis_lock_try_lock_with_lease(m, "c:longest", 0, too_long[i], &g),
                REDIS_LOCK_INVALID_ARGUMENT);
         MENTIONS("lease");
+        if (g != NULL) {
+            fprintf(stderr, "a refused lease %llu gave a guard\n", (unsigned long long)too_long[i]);
+            return 1;
+        }
     }
     redis_lock_manager_free(m);
     printf("duration_limits: %d checks passed\n", checks);
