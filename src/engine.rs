@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
-use crate::holds::{HoldStatus, Holds};
+use crate::holds::{HoldKey, HoldStatus, Holds, HoldsLeft};
 use crate::kind::{AttemptArgs, LockKind};
 use crate::line::{Entry, Handed, HoldBack, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
@@ -61,7 +61,8 @@ pub(crate) struct Engine {
     /// Held only to be dropped: its Drop stops and joins the renewal thread.
     _watchdog: Watchdog,
     holds: Arc<Holds>,
-    line: Line,
+    /// Shared with the registry, which passes a lost hold's turn on.
+    line: Arc<Line>,
     store: Arc<LockStore>,
     client_id: String,
     config: Config,
@@ -152,7 +153,16 @@ impl Engine {
         // release (docs/DESIGN.md).
         crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
         let timeout = Duration::from_millis(config.watchdog_timeout_ms);
-        let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters)));
+        let line = Arc::new(Line::new(config.renewal_period()));
+        let on_lost = {
+            let line = Arc::clone(&line);
+            Box::new(move |hold: &HoldKey| {
+                if hold.kind.uses_line() {
+                    line.leave(&hold.keys, hold.thread);
+                }
+            })
+        };
+        let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters), on_lost));
         let thread_error = |source| Error::ThreadSpawn { source };
         let watchdog = Watchdog::start(
             Arc::clone(&holds),
@@ -167,7 +177,7 @@ impl Engine {
             subscriber,
             _watchdog: watchdog,
             holds,
-            line: Line::new(config.renewal_period()),
+            line,
             store,
             client_id,
             config,
@@ -263,7 +273,7 @@ impl Engine {
                          releasing it",
                         keys.name
                     );
-                    if let Err(err) = self.release(keys, &held) {
+                    if let Err(err) = self.release_hold(keys, &held, true) {
                         log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
                     }
                     if request.expired() {
@@ -540,11 +550,33 @@ impl Engine {
     /// the same script call acquires for that thread, unless remote waiters heard the unlock:
     /// then the lock is left to them and the line yields.
     pub(crate) fn release(&self, keys: &Arc<LockKeys>, held: &Held) -> Result<()> {
+        self.release_hold(keys, held, false)
+    }
+
+    /// [`release`](Self::release); with `even_lost`, a hold the registry already counts as
+    /// lost is released on Redis too (a grant whose reply came too late, released at once by
+    /// the thread that asked for it: nothing newer of that thread can exist yet).
+    fn release_hold(&self, keys: &Arc<LockKeys>, held: &Held, even_lost: bool) -> Result<()> {
         self.check_process()?;
         let kind = held.kind;
         let owner = owner_field(&self.client_id, held.thread);
         // Count the hold off first: whether it was this thread's last decides the handoff.
-        let left = self.holds.unregister(kind, keys, held.thread, held.renewed);
+        let left = match self
+            .holds
+            .unregister(kind, keys, held.thread, held.renewed, &held.status)
+        {
+            Some(left) => left,
+            None if even_lost => HoldsLeft::default(),
+            None => {
+                // Lost (found gone, or its lease ran out): nothing of it is left to release,
+                // and the thread may hold the lock again by a newer hold, which a release in
+                // its name would take. Nothing is sent (docs/DESIGN.md, "The watchdog and
+                // holds").
+                return Err(Error::NotHeld {
+                    name: keys.name.to_string(),
+                });
+            }
+        };
         // Holds that remain keep the lease the watchdog gives them, if it renews them.
         let lease_ms = if held.renewed || left.renewed > 0 {
             self.config.watchdog_timeout_ms

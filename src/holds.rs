@@ -165,6 +165,9 @@ pub(crate) struct Sweep {
     pub(crate) sent: (Instant, BootInstant),
 }
 
+/// Told of every hold found lost (under the registry's lock, which it must not take).
+pub(crate) type OnLost = Box<dyn Fn(&HoldKey) + Send + Sync>;
+
 /// The registry (see the module docs).
 pub(crate) struct Holds {
     state: Mutex<State>,
@@ -174,16 +177,20 @@ pub(crate) struct Holds {
     /// The lease a renewal sets.
     timeout: Duration,
     counters: Arc<Counters>,
+    /// The line passes a lost hold's turn on (a thread whose hold is gone must not keep the
+    /// other local threads from asking Redis).
+    on_lost: OnLost,
 }
 
 impl Holds {
-    pub(crate) fn new(timeout: Duration, counters: Arc<Counters>) -> Self {
+    pub(crate) fn new(timeout: Duration, counters: Arc<Counters>, on_lost: OnLost) -> Self {
         Holds {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             period: timeout / 3,
             timeout,
             counters,
+            on_lost,
         }
     }
 
@@ -200,6 +207,17 @@ impl Holds {
     ) -> Arc<HoldStatus> {
         let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
+        if let Some(old) = state.holds.get(&key) {
+            if old.status.is_lost() {
+                // Its lease ran out and the watchdog has not swept it yet: this is a new hold,
+                // not one more of the old, whose guards must find it gone (releasing them
+                // must not count this one off).
+                if old.status.mark_lost() {
+                    self.counters.hold_lost();
+                }
+                state.holds.remove(&key);
+            }
+        }
         let hold = state.holds.entry(key).or_insert_with(|| Hold {
             renewed: 0,
             fixed: 0,
@@ -232,20 +250,24 @@ impl Holds {
         status
     }
 
-    /// One hold fewer of `thread` on `keys`; the last renewed one stops the renewal. Returns
-    /// what the thread has left on the lock.
+    /// One hold fewer of `thread` on `keys`, the one whose guard has `status`; the last
+    /// renewed one stops the renewal. Returns what the thread has left on the lock, or `None`
+    /// when that hold was lost (found gone, or its lease ran out): it is no longer counted,
+    /// and the thread may hold the lock again by a newer hold, which is left alone.
     pub(crate) fn unregister(
         &self,
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         thread: u64,
         renewed: bool,
-    ) -> HoldsLeft {
+        status: &Arc<HoldStatus>,
+    ) -> Option<HoldsLeft> {
         let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
-        let Some(hold) = state.holds.get_mut(&key) else {
-            return HoldsLeft::default();
-        };
+        let hold = state
+            .holds
+            .get_mut(&key)
+            .filter(|hold| Arc::ptr_eq(&hold.status, status))?;
         if renewed {
             hold.renewed = hold.renewed.saturating_sub(1);
             if hold.renewed == 0 {
@@ -261,7 +283,7 @@ impl Holds {
         if left.total == 0 {
             state.holds.remove(&key);
         }
-        left
+        Some(left)
     }
 
     /// A release left `thread` holding `keys` and set its lease to `lease` by a request sent
@@ -401,6 +423,7 @@ impl Holds {
                         key.keys.name
                     );
                     state.holds.remove(&key);
+                    (self.on_lost)(&key);
                 }
                 None => hold.due = Some(retry_at),
             }
@@ -423,6 +446,7 @@ impl Holds {
                     key.keys.name
                 );
             }
+            (self.on_lost)(key);
             false
         });
     }
@@ -440,17 +464,48 @@ mod tests {
 
     #[test]
     fn a_sweep_answer_is_not_applied_to_a_newer_hold_of_the_same_thread() {
-        let holds = Holds::new(Duration::from_millis(30), Arc::new(Counters::default()));
+        let holds = Holds::new(
+            Duration::from_millis(30),
+            Arc::new(Counters::default()),
+            Box::new(|_| {}),
+        );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
         let lease = Duration::from_secs(30);
-        holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let older = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
         let sweep = holds.next_sweep().expect("a renewal is due after 10 ms");
         // Released and taken again while the sweep was in flight; the sweep ran in between
         // and found no hold.
-        holds.unregister(&REENTRANT, &keys, 1, true);
+        holds.unregister(&REENTRANT, &keys, 1, true, &older);
         let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
         holds.finish_sweep(sweep, vec![Some(false)]);
         assert!(!newer.is_lost(), "the newer hold is not the one found gone");
         assert_eq!(holds.renewing_count(), 1);
+    }
+
+    #[test]
+    fn a_hold_whose_lease_ran_out_is_not_counted_with_a_newer_one() {
+        let holds = Holds::new(
+            Duration::from_secs(30),
+            Arc::new(Counters::default()),
+            Box::new(|_| {}),
+        );
+        let keys = Arc::new(LockKeys::new("holds:test").unwrap());
+        let expired = Duration::from_millis(1);
+        let older = holds.register(&REENTRANT, &keys, 1, false, BootInstant::now(), expired);
+        std::thread::sleep(Duration::from_millis(5));
+        // Taken again by the same thread before the watchdog swept the old one out.
+        let lease = Duration::from_secs(30);
+        let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        assert!(!Arc::ptr_eq(&older, &newer), "a hold of its own");
+        assert!(older.is_lost() && !newer.is_lost());
+        assert!(
+            holds
+                .unregister(&REENTRANT, &keys, 1, false, &older)
+                .is_none(),
+            "the old guard's release finds its hold gone"
+        );
+        assert_eq!(holds.count(&REENTRANT, &keys, 1), 1, "the newer one stays");
+        let left = holds.unregister(&REENTRANT, &keys, 1, true, &newer);
+        assert_eq!(left.map(|left| left.total), Some(0));
     }
 }

@@ -327,36 +327,45 @@ impl Line {
 
     /// Reports a probe that [`wait`](Self::wait) asked for. `Some` when the caller now has the
     /// turn (and maybe the lock), `None` to keep waiting.
+    ///
+    /// While the ticket still says `Probing`, a releasing thread that takes it off the line
+    /// hands it the turn only, never the lock in its name: so it stays `Probing` until the
+    /// probe's outcome is settled. (Set back to `Waiting` first, a release in that gap could
+    /// take the lock in the name of a thread that then leaves, or that took it itself: a hold
+    /// nobody releases.)
     pub(crate) fn probed(&self, ticket: &mut Ticket, thread: u64, probed: Probed) -> Option<Entry> {
-        // The turn handed over (never with an acquire) while probing, if it was.
-        let handed = {
-            let mut state = ticket.queued.state.lock();
-            if *state == Handoff::Probing {
-                *state = Handoff::Waiting;
-            }
-            match *state {
-                Handoff::Granted(entry) => Some(entry),
-                _ => None,
-            }
-        };
         match probed {
             Probed::Acquired => {
                 self.take_over(&ticket.keys, thread);
                 Some(Entry::Acquired { sent: None })
             }
-            Probed::Held(_) if handed.is_some() => handed,
+            Probed::Failed => {
+                if self.leave_queue(ticket).is_some() {
+                    // It has the turn: pass it on, since this thread is leaving.
+                    self.leave(&ticket.keys, thread);
+                }
+                None
+            }
             Probed::Held(ttl) => {
+                // Staying in line: a handoff may acquire in its name again, unless it was
+                // handed the turn (never with an acquire) while probing.
+                let handed = {
+                    let mut state = ticket.queued.state.lock();
+                    if *state == Handoff::Probing {
+                        *state = Handoff::Waiting;
+                    }
+                    match *state {
+                        Handoff::Granted(entry) => Some(entry),
+                        _ => None,
+                    }
+                };
+                if handed.is_some() {
+                    return handed;
+                }
                 // Held after all (by the turn holder or someone else): look again when that
                 // hold's lease says, and no later than one period.
                 self.forget_lease(&ticket.keys);
                 ticket.trusted_until = Instant::now() + ttl.min(self.patience);
-                None
-            }
-            Probed::Failed => {
-                if handed.is_some() || self.leave_queue(ticket).is_some() {
-                    // It has the turn: pass it on, since this thread is leaving.
-                    self.leave(&ticket.keys, thread);
-                }
                 None
             }
         }
@@ -856,5 +865,55 @@ mod tests {
         }
         let min = YIELD_MIN.as_micros() as u64;
         assert_eq!(line.yield_window_us.load(Ordering::Relaxed), min);
+    }
+
+    /// A release racing a probe's report (it takes the prober off the line while the prober
+    /// settles what its own attempt found) must never acquire in the prober's name: the
+    /// prober either took the lock itself, or is leaving with an error, and a hold taken for
+    /// it then would be released by nobody.
+    #[test]
+    fn a_release_racing_a_probe_report_never_acquires_for_the_prober() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Barrier;
+        const ROUNDS: usize = 20_000;
+        let line = Line::new(Duration::ZERO);
+        let keys = keys();
+        let barrier = Barrier::new(2);
+        let acquired_for_prober = AtomicBool::new(false);
+        for outcome_acquired in [false, true] {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for _ in 0..ROUNDS {
+                        barrier.wait(); // the prober is probing
+                        if let Some(successor) = line.successor(&keys, 1, true) {
+                            if successor.may_acquire() {
+                                acquired_for_prober.store(true, Ordering::SeqCst);
+                            }
+                            line.hand_over(successor, Handed::Turn);
+                        }
+                        barrier.wait(); // round done
+                    }
+                });
+                for _ in 0..ROUNDS {
+                    entered(line.join(&keys, 1, 1_000, false));
+                    let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+                    assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+                    barrier.wait();
+                    let probed = if outcome_acquired {
+                        Probed::Acquired
+                    } else {
+                        Probed::Failed
+                    };
+                    line.probed(&mut ticket, 2, probed);
+                    barrier.wait();
+                    line.turns.lock().clear();
+                }
+            });
+            assert!(
+                !acquired_for_prober.load(Ordering::SeqCst),
+                "a release acquired in the name of a prober (its attempt acquired: \
+                 {outcome_acquired})"
+            );
+        }
     }
 }

@@ -143,3 +143,84 @@ fn a_reply_too_late_to_leave_a_useful_lease_is_not_a_lock() -> Result<()> {
     );
     Ok(())
 }
+
+/// Releasing a hold already lost must not touch a newer hold of the same thread on the same
+/// lock: the owner field is the same, so a release sent in its name would take the new one.
+#[test]
+fn releasing_a_lost_hold_leaves_the_same_threads_newer_hold_alone() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = manager_with_watchdog(&server, Duration::from_millis(600));
+    let other = LockManager::new(&server.url())?;
+    let lock = manager.get_lock("lost:newer");
+
+    // A watchdog hold, lost to a force unlock elsewhere, then a new hold of the same thread.
+    let stale = lock.lock()?;
+    let lost = stale.lost_signal();
+    assert!(other.get_lock("lost:newer").force_unlock()?);
+    lost.recv_timeout(Duration::from_secs(10))
+        .expect("the watchdog finds the hold gone");
+    let fresh = lock.lock()?;
+    let sent_before = manager.stats().commands;
+    let err = stale.unlock().unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    assert_eq!(manager.stats().commands, sent_before, "nothing was sent");
+    assert_eq!(lock.hold_count()?, 1, "the newer hold is still there");
+    assert!(other.try_lock("lost:newer", Duration::ZERO)?.is_none());
+    assert!(!fresh.is_lost());
+    fresh.unlock()?;
+
+    // A fixed lease that ran out (on the server too), then a new hold of the same thread.
+    let stale = lock.lock_with_lease(Duration::from_millis(100))?;
+    stale
+        .lost_signal()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the watchdog reports the lease's end");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lock.is_locked()? {
+        assert!(Instant::now() < deadline, "the server's key expires");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fresh = lock.lock()?;
+    assert!(stale.unlock().unwrap_err().is_not_held());
+    assert_eq!(lock.hold_count()?, 1, "the newer hold is still there");
+    assert!(other.try_lock("lost:newer", Duration::ZERO)?.is_none());
+    fresh.unlock()?;
+    assert!(!lock.is_locked()?);
+    Ok(())
+}
+
+/// A thread whose hold was found lost gives up its turn in the line: while it keeps its lost
+/// guard, the other threads of its manager still ask Redis, and get the free lock.
+#[test]
+fn a_lost_hold_does_not_keep_its_manager_from_the_free_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = manager_with_watchdog(&server, Duration::from_millis(600));
+    let other = LockManager::new(&server.url())?;
+    let name = "lost:turn";
+
+    // Thread A takes the turn while another client holds the lock, then gets the lock.
+    let remote = other.lock(name)?;
+    let a = {
+        let manager = manager.clone();
+        std::thread::spawn(move || manager.lock(name))
+    };
+    assert!(support::await_subscribers(
+        &mut server.conn(),
+        "redisson_lock__channel:{lost:turn}",
+        1
+    ));
+    drop(remote);
+    let a_guard = a.join().unwrap()?;
+
+    // The hold is deleted behind A's back; A keeps its guard.
+    let lost = a_guard.lost_signal();
+    let _: () = server.conn().del(name).unwrap();
+    lost.recv_timeout(Duration::from_secs(10))
+        .expect("the watchdog tells A");
+    let guard = manager
+        .try_lock(name, Duration::ZERO)?
+        .expect("the lock is free, and this thread may ask Redis for it");
+    guard.unlock()?;
+    drop(a_guard);
+    Ok(())
+}
