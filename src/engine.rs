@@ -588,10 +588,12 @@ impl Engine {
         let successor = uses_line
             .then(|| self.line.successor(keys, held.thread, last))
             .flatten();
-        // Some successors acquire themselves (a fenced one wants its own token).
+        // Some successors acquire themselves: a fenced one wants its own token, and with
+        // replica sync an acquire must be acknowledged by a replica or rolled back, which only
+        // the acquiring thread's own attempt does (a release's WAIT failing cannot fail it).
         let next = successor
             .as_ref()
-            .filter(|next| next.may_acquire())
+            .filter(|next| next.may_acquire() && !self.store.waits_for_replicas(&keys.name))
             .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
         let channel = kind.channel(keys, &owner);
         // Who may hear the unlock without the lock being left to them: this manager's own

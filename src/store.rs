@@ -205,6 +205,16 @@ impl LockStore {
         pool.connect_listener()
     }
 
+    /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
+    /// on, and the master has replicas, as last counted).
+    pub(crate) fn waits_for_replicas(&self, name: &str) -> bool {
+        self.replica_sync.is_some()
+            && self
+                .topology
+                .route(name)
+                .is_ok_and(|(pool, _)| pool.replicas() > 0)
+    }
+
     /// The deployment's topology (for the listener, which follows the masters too).
     pub(crate) fn topology(&self) -> &Topology {
         &self.topology
@@ -701,10 +711,17 @@ impl LockStore {
                 let wrote = wrote(&value);
                 match self.sync_replicas(pool, &mut conn, operation, timeout, wrote) {
                     Ok(()) => {}
-                    // A release happened whatever the replicas say: the lock is free on the
-                    // master, and failing the unlock would only make the caller retry it.
-                    Err(Failed::Other(err)) if operation == "release" => {
-                        log::warn!("release at {}: {err}", pool.addr());
+                    // A release happened whatever the replicas say, or whether asking them
+                    // failed (its reply is in): the lock is free on the master, and failing
+                    // the unlock would only make the caller retry it, or take a release that
+                    // ran for one that did not.
+                    Err(failed) if operation == "release" => {
+                        if let Failed::Redis(err) = &failed {
+                            if is_broken(err) {
+                                conn.discard();
+                            }
+                        }
+                        log::warn!("release at {}: {failed:?}", pool.addr());
                     }
                     // The acquire took its hold, and whether a replica has it is unknown (the
                     // reply was lost, or WAIT was refused): the caller rolls it back as it

@@ -356,3 +356,106 @@ fn a_replayed_acquire_is_covered_by_wait_on_its_connection() {
         "WAIT after the replay was answered without the replica having the first send's hold"
     );
 }
+
+/// Thread `a` holds `name` through `manager` and thread `b` is queued behind it in the line;
+/// returns a's guard and the receiver of b's `lock()` result.
+fn holder_and_queued_successor(
+    server: &RedisServer,
+    manager: &LockManager,
+    name: &'static str,
+) -> (
+    redis_lock::LockGuard,
+    std::sync::mpsc::Receiver<redis_lock::Result<redis_lock::LockGuard>>,
+) {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    // a takes the turn while another thread holds the lock, so that the line exists.
+    let first = manager.lock(name).expect("the first holder");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawn_locker = |tx: std::sync::mpsc::Sender<_>| {
+        let manager = manager.clone();
+        std::thread::spawn(move || tx.send(manager.lock(name)).unwrap())
+    };
+    spawn_locker(tx.clone());
+    assert!(support::await_subscribers(&mut server.conn(), &channel, 1));
+    drop(first);
+    let a = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a holds");
+    spawn_locker(tx);
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.queued_thread_count() == 1
+    }));
+    (a, rx)
+}
+
+/// A release that hands the lock to the next local thread acquires in its name: with replica
+/// sync on, that acquire must be acknowledged by a replica like any other, so the successor
+/// acquires itself (and is refused, and rolled back, when no replica answers).
+#[test]
+fn a_local_successor_gets_no_lock_that_no_replica_acknowledged() {
+    let (master, replica) = master_with_replica();
+    let manager = LockManager::builder(&master.url())
+        .replica_sync_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager");
+    let name = "sync:handoff";
+    let (a, b) = holder_and_queued_successor(&master, &manager, name);
+
+    replica.freeze();
+    let direct = manager.lock("sync:direct").map(drop).unwrap_err();
+    assert!(direct.is_not_replicated(), "{direct}");
+    a.unlock()
+        .expect("a release is done whatever the replicas say");
+    let err = b
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+        .map(drop)
+        .unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    let held: Vec<String> = redis::cmd("HGETALL")
+        .arg(name)
+        .query(&mut master.conn())
+        .unwrap();
+    assert!(held.is_empty(), "rolled back: {held:?}");
+    replica.thaw();
+}
+
+/// Asking for the replicas' acknowledgement of a release can fail after the release ran (here
+/// the user may not run INFO, which follows a WAIT that nobody answered): the unlock still
+/// succeeded, and is reported so.
+#[test]
+fn a_release_whose_replica_check_fails_is_still_a_release() {
+    let (master, replica) = master_with_replica();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-info",
+        ])
+        .query(&mut master.conn())
+        .unwrap();
+    let url = format!("redis://locker:pw@127.0.0.1:{}/", master.port());
+    let manager = LockManager::builder(&url)
+        .replica_sync_timeout(Duration::from_millis(300))
+        .build()
+        .expect("manager");
+    let name = "sync:release-check";
+    let (a, b) = holder_and_queued_successor(&master, &manager, name);
+
+    replica.freeze();
+    a.unlock()
+        .expect("released, whatever the replica check says");
+    // The successor's own acquire cannot be acknowledged: refused and rolled back, never a
+    // hold left on the master that nobody renews or releases.
+    let err = b
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+        .map(drop)
+        .unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    let held: Vec<String> = redis::cmd("HGETALL")
+        .arg(name)
+        .query(&mut master.conn())
+        .unwrap();
+    assert!(held.is_empty(), "{held:?}");
+    replica.thaw();
+}
