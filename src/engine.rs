@@ -446,6 +446,10 @@ impl Engine {
         }
         let channel = kind.channel(keys, &attempter.owner);
         let subscription = self.subscriber.subscribe(&channel, deadline);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // Subscribing took the rest of the wait (a slow server): no attempt after it.
+            return Ok(false);
+        }
         let mut yielding = None;
         if let Some(hold_back) = hold_back {
             let until = hold_back.until;

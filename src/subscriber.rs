@@ -192,6 +192,13 @@ impl Shared {
     /// and wakes it. Without a master for it now, the waiters wait by the holder's TTL and
     /// the channel is subscribed at the next resync.
     pub(crate) fn send(self: &Arc<Self>, channel: &str, request: Request) {
+        self.send_by(channel, request, None);
+    }
+
+    /// [`send`](Self::send) for a caller due by `deadline`: the wake-up may take what is left
+    /// of it, one response timeout at most, and none once it has passed (the listener then
+    /// finds the request at its next read tick).
+    fn send_by(self: &Arc<Self>, channel: &str, request: Request, deadline: Option<Instant>) {
         let Some(addr) = self.master_of(channel) else {
             log::debug!("no master for {channel:?} now; its waiters wait by TTL");
             return;
@@ -223,7 +230,13 @@ impl Shared {
             }
             handle.control_channel.clone()
         };
-        let budget = self.store.response_timeout();
+        let mut budget = self.store.response_timeout();
+        if let Some(deadline) = deadline {
+            budget = budget.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        if budget.is_zero() {
+            return;
+        }
         if let Err(err) = self.store.publish_at(&addr, &control, "wake", budget) {
             log::debug!("could not wake the pub/sub listener for {addr}: {err}");
         }
@@ -337,7 +350,7 @@ impl Subscriber {
         };
         if first {
             self.shared
-                .send(channel, Request::Subscribe(channel.to_owned()));
+                .send_by(channel, Request::Subscribe(channel.to_owned()), deadline);
         }
         let mut limit = Instant::now() + self.shared.response_timeout;
         if let Some(deadline) = deadline {

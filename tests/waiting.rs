@@ -62,6 +62,33 @@ fn try_lock_gives_up_after_its_wait_and_not_much_later() -> Result<()> {
     Ok(())
 }
 
+/// A server that answers everything slowly (but within the response timeout): subscribing
+/// must not take a response timeout of its own past the wait, nor be followed by an attempt
+/// once the wait is over.
+#[test]
+fn try_lock_on_a_slow_server_returns_within_its_wait_and_one_response_timeout() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let response_timeout = Duration::from_millis(800);
+    let waiter = LockManager::builder(&proxy.url())
+        .response_timeout(response_timeout)
+        .build()?;
+    let holder = LockManager::new(&server.url())?;
+    let _held = holder.lock("slow")?;
+    proxy.delay_replies(Duration::from_millis(300));
+    let wait = Duration::from_millis(500);
+    let started = Instant::now();
+    assert!(waiter.try_lock("slow", wait)?.is_none());
+    let took = started.elapsed();
+    // Before: an attempt (300 ms), the listener's wake-up with a whole response timeout of
+    // its own (300 ms, past the wait), then one more attempt (300 ms): 900 ms and more.
+    assert!(
+        took < wait + Duration::from_millis(300),
+        "took {took:?} for a wait of {wait:?} with replies 300 ms late"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_lock_whose_holder_vanished_without_a_message_is_taken_at_its_ttl() -> Result<()> {
     let server = RedisServer::start();

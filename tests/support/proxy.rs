@@ -27,6 +27,8 @@ struct Shared {
     stopped: AtomicBool,
     /// Both ends of every connection, to cut them.
     streams: Mutex<Vec<TcpStream>>,
+    /// How long every reply is held back, in ms: a uniformly slow server.
+    reply_delay_ms: AtomicUsize,
 }
 
 impl Proxy {
@@ -91,6 +93,13 @@ impl Proxy {
         self.shared.cut_replies.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Every reply from now on reaches the client `delay` late (each read from the server is
+    /// held that long): a server that answers everything slowly, without timing out.
+    pub fn delay_replies(&self, delay: std::time::Duration) {
+        let ms = usize::try_from(delay.as_millis()).unwrap_or(usize::MAX);
+        self.shared.reply_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// How many replies were swallowed.
     pub fn dropped(&self) -> usize {
         self.shared.dropped.load(Ordering::SeqCst)
@@ -145,6 +154,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
                 if swallow {
                     shared.dropped.fetch_add(1, Ordering::SeqCst);
                     continue;
+                }
+                let delay = shared.reply_delay_ms.load(Ordering::SeqCst) as u64;
+                if delay > 0 {
+                    thread::sleep(std::time::Duration::from_millis(delay));
                 }
             }
             if to.write_all(&buf[..n]).is_err() {
