@@ -1174,7 +1174,7 @@ fn human(d: Duration) -> String {
 /// W3 alternates between its handoffs this many times.
 const W3_ROUNDS: usize = 10;
 
-/// How long every W3 waiter has been asleep when the release is sent, in all three handoffs.
+/// How long every W3 waiter has been asleep when the release is sent, in every handoff.
 /// A wake-up costs more the longer the thread (and, on a virtual machine, its vCPU) was idle:
 /// on the 2-vCPU machine of BENCHMARKS.md the raw pub/sub handoff took 91 µs after 2 ms and
 /// 152 µs after 14 ms, as much again as the whole handoff. Handoffs compared with one another
@@ -1207,15 +1207,17 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let channel = "redisson_lock__channel:{loadgen:w3}";
     let mut samples = Vec::with_capacity(scale.w3_handoffs);
     let mut raw_samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut presend_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut blpop_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut pings = Vec::with_capacity(scale.w3_handoffs * 3);
     let mut cold_pings = Vec::with_capacity(scale.w3_handoffs);
     // Ten rounds of each handoff in turn, so that the machine's drift over the run lands on
-    // all three alike rather than in their ratios.
+    // all of them alike rather than in their ratios.
     let per_round = scale.w3_handoffs.div_ceil(W3_ROUNDS);
     for i in 0..scale.w3_handoffs {
         if i % per_round == 0 && i > 0 {
-            raw_samples.extend(raw_pubsub_handoff(url, per_round));
+            raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
+            presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
             blpop_samples.extend(blpop_handoff(url, per_round));
         }
         // The floor, measured in the same loop so that both see the same machine.
@@ -1236,19 +1238,21 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         cold_pings.push(start.elapsed());
         // From when the release is sent: a BLPOP waiter is answered by the server in the same
         // pass as the release, often before the releasing thread reads its own reply, so
-        // only the send is a start that all three handoffs share.
+        // only the send is a start that every handoff shares.
         let released = Instant::now();
         guard.unlock().expect("holder unlock");
         samples.push(blocked.acquired_since(released));
         assert!(support::await_subscribers(&mut conn, channel, 0));
     }
-    raw_samples.extend(raw_pubsub_handoff(url, per_round));
+    raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
+    presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
     blpop_samples.extend(blpop_handoff(url, per_round));
     let handoff = percentiles(&mut samples);
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
     let raw = percentiles(&mut raw_samples);
     let blpop = percentiles(&mut blpop_samples);
+    let presend = percentiles(&mut presend_samples);
     vec![
         row(
             "W3 handoff",
@@ -1288,6 +1292,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         .against(
             micros(raw.p50),
             blpop.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 handoff",
+            "raw pub/sub p50 with the listener sending the acquire, against BLPOP's",
+            micros(presend.p50),
+        )
+        .against(
+            micros(blpop.p50),
+            presend.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
             "",
         ),
         row(
@@ -1479,15 +1493,37 @@ fn w8_read_write(url: &str, scale: &Scale) -> Vec<Row> {
     ]
 }
 
-/// The least any pub/sub-woken lock can do, with no crate code: a listener thread blocked on
-/// a subscribed connection wakes a waiting thread through a condvar, which sends the acquire
-/// script on its own connection. Measured from the release (raw EVALSHA, which publishes)
-/// returning to the waiter's acquire returning.
-fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
+/// Who sends a raw pub/sub-woken waiter's acquire.
+#[derive(Clone, Copy, PartialEq)]
+enum RawSender {
+    /// The waiting thread, once the listener has woken it: what this crate does.
+    Waiter,
+    /// The listener thread, on the waiter's connection, before it wakes the waiter, who then
+    /// only reads the reply: the thread wake-up overlaps the round trip (the idea in the
+    /// fairness issue's W3 section, at its floor).
+    Listener,
+}
+
+/// The least a pub/sub-woken lock can do, with no crate code: a listener thread blocked on
+/// a subscribed connection wakes a waiting thread through a condvar, and the acquire script
+/// goes out on the waiter's own connection, sent by `sender`. Measured from the release being
+/// sent (raw EVALSHA, which publishes) to the waiter's acquire returning.
+fn raw_pubsub_handoff(url: &str, n: usize, sender: RawSender) -> Vec<Duration> {
     use std::sync::{mpsc, Arc, Condvar};
     let key = "loadgen:w3:raw";
     let channel = "redisson_lock__channel:{loadgen:w3:raw}";
-    let woken = Arc::new((Mutex::new(0u64), Condvar::new()));
+    let owner = "00000000-0000-0000-0000-000000000000:2";
+    /// What the listener and the waiter share.
+    #[derive(Default)]
+    struct Wake {
+        messages: u64,
+        /// `RawSender::Listener`: the waiter's connection and its packed acquire, left for
+        /// the listener to send on the next message.
+        armed: Option<(redis::Connection, Vec<u8>)>,
+        /// The connection the listener sent the acquire on, its reply unread.
+        in_flight: Option<redis::Connection>,
+    }
+    let woken = Arc::new((Mutex::new(Wake::default()), Condvar::new()));
     let stop = Arc::new(AtomicBool::new(false));
 
     let mut listener_conn = support::nodelay_conn(url);
@@ -1503,8 +1539,14 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
             ready_tx.send(()).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 if pubsub.get_message().is_ok() {
-                    let (count, wake) = &*woken;
-                    *count.lock().unwrap() += 1;
+                    let (state, wake) = &*woken;
+                    let mut state = state.lock().unwrap();
+                    state.messages += 1;
+                    if let Some((mut conn, packed)) = state.armed.take() {
+                        conn.send_packed_command(&packed).expect("send the acquire");
+                        state.in_flight = Some(conn);
+                    }
+                    drop(state);
                     wake.notify_one();
                 }
             }
@@ -1516,33 +1558,56 @@ fn raw_pubsub_handoff(url: &str, n: usize) -> Vec<Duration> {
     let (go_tx, go) = mpsc::channel::<()>();
     let waiter = {
         let woken = Arc::clone(&woken);
-        let mut conn = support::nodelay_conn(url);
+        let mut conn = Some(support::nodelay_conn(url));
         let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
-        acquire.load(&mut conn).expect("SCRIPT LOAD");
+        acquire
+            .load(conn.as_mut().expect("a connection"))
+            .expect("SCRIPT LOAD");
         thread::spawn(move || {
             let mut seen = 0;
             while go.recv().is_ok() {
-                let (count, wake) = &*woken;
-                let mut count = count.lock().unwrap();
-                while *count == seen {
-                    count = wake.wait(count).unwrap();
+                let call = |attempt_id: u64| {
+                    let mut call = redis::cmd("EVALSHA");
+                    call.arg(acquire.get_hash())
+                        .arg(2)
+                        .arg(key)
+                        .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
+                        .arg(30_000)
+                        .arg(owner)
+                        .arg(attempt_id) // one per wake-up
+                        .arg(11_000);
+                    call
+                };
+                let (state, wake) = &*woken;
+                let mut state = state.lock().unwrap();
+                if sender == RawSender::Listener {
+                    let packed = call(seen + 1).get_packed_command();
+                    state.armed = Some((conn.take().expect("the connection"), packed));
                 }
-                seen = *count;
-                drop(count);
-                let held_by: Option<i64> = acquire
-                    .key(key)
-                    .key(format!(
-                        "redis_lock__attempt:{{{key}}}:00000000-0000-0000-0000-000000000000:2"
-                    ))
-                    .arg(30_000)
-                    .arg("00000000-0000-0000-0000-000000000000:2")
-                    .arg(seen) // the attempt id: one per wake-up
-                    .arg(11_000)
-                    .invoke(&mut conn)
-                    .expect("raw acquire");
+                while state.messages == seen {
+                    state = wake.wait(state).unwrap();
+                }
+                seen = state.messages;
+                let reply = match state.in_flight.take() {
+                    Some(sent) => {
+                        drop(state);
+                        let sent = conn.insert(sent);
+                        sent.recv_response().expect("raw acquire")
+                    }
+                    None => {
+                        if let Some((own, _)) = state.armed.take() {
+                            conn = Some(own);
+                        }
+                        drop(state);
+                        let own = conn.as_mut().expect("the connection");
+                        call(seen).query(own).expect("raw acquire")
+                    }
+                };
                 let acquired = Instant::now();
+                let held_by: Option<i64> = redis::from_redis_value(reply).expect("a PTTL or nil");
                 assert!(held_by.is_none(), "the raw waiter gets the lock");
-                let _: () = redis::cmd("DEL").arg(key).query(&mut conn).expect("DEL");
+                let own = conn.as_mut().expect("the connection");
+                let _: () = redis::cmd("DEL").arg(key).query(own).expect("DEL");
                 done_tx.send(acquired).unwrap();
             }
         })
