@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
-use crate::holds::{HoldKey, HoldStatus, Holds, HoldsLeft};
+use crate::holds::{HoldKey, HoldStatus, Holds, HoldsLeft, Unregistered};
 use crate::kind::{AttemptArgs, LockKind};
 use crate::line::{Entry, Handed, HoldBack, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
@@ -248,8 +248,10 @@ impl Engine {
         self.holds.count(kind, keys, current_thread_number())
     }
 
-    /// A force unlock through this manager: whoever had the local turn lost its hold.
-    pub(crate) fn forget_turn(&self, keys: &Arc<LockKeys>) {
+    /// A force unlock through this manager: every local hold of the lock is lost, and
+    /// whoever had the local turn passes it on.
+    pub(crate) fn forget_holds(&self, keys: &Arc<LockKeys>) {
+        self.holds.forget(&keys.name);
         self.line.reset(keys);
     }
 
@@ -273,7 +275,7 @@ impl Engine {
                          releasing it",
                         keys.name
                     );
-                    if let Err(err) = self.release_hold(keys, &held, true) {
+                    if let Err(err) = self.release(keys, &held) {
                         log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
                     }
                     if request.expired() {
@@ -554,13 +556,6 @@ impl Engine {
     /// the same script call acquires for that thread, unless remote waiters heard the unlock:
     /// then the lock is left to them and the line yields.
     pub(crate) fn release(&self, keys: &Arc<LockKeys>, held: &Held) -> Result<()> {
-        self.release_hold(keys, held, false)
-    }
-
-    /// [`release`](Self::release); with `even_lost`, a hold the registry already counts as
-    /// lost is released on Redis too (a grant whose reply came too late, released at once by
-    /// the thread that asked for it: nothing newer of that thread can exist yet).
-    fn release_hold(&self, keys: &Arc<LockKeys>, held: &Held, even_lost: bool) -> Result<()> {
         self.check_process()?;
         let kind = held.kind;
         let owner = owner_field(&self.client_id, held.thread);
@@ -569,17 +564,17 @@ impl Engine {
             .holds
             .unregister(kind, keys, held.thread, held.renewed, &held.status)
         {
-            Some(left) => left,
-            None if even_lost => HoldsLeft::default(),
-            None => {
-                // Lost (found gone, or its lease ran out): nothing of it is left to release,
-                // and the thread may hold the lock again by a newer hold, which a release in
-                // its name would take. Nothing is sent (docs/DESIGN.md, "The watchdog and
-                // holds").
+            Unregistered::Counted(left) => left,
+            // Lost, and the thread holds the lock again by a newer hold, which a release in
+            // its name would take: nothing is sent (docs/DESIGN.md, "The watchdog and holds").
+            Unregistered::Lost { newer: true } => {
                 return Err(Error::NotHeld {
                     name: keys.name.to_string(),
-                });
+                })
             }
+            // Lost as far as this side knows (a renewal's reply too late, say): whatever is
+            // left of it on Redis is released as any last hold is.
+            Unregistered::Lost { newer: false } => HoldsLeft::default(),
         };
         // Holds that remain keep the lease the watchdog gives them, if it renews them.
         let lease_ms = if held.renewed || left.renewed > 0 {

@@ -51,8 +51,10 @@ pub enum Error {
         /// The lock name.
         name: String,
     },
-    /// The lock was not held by this guard's owner any more when it was released: its lease
-    /// expired, it was force-unlocked, or another owner has it now. Nothing was changed on Redis.
+    /// The hold was not there any more when it was released: its lease expired, it was
+    /// force-unlocked, or another owner has the lock now. Nothing was changed on Redis. (Also
+    /// when the hold was found lost and the same thread holds the lock again by a newer hold,
+    /// which is left alone: nothing is sent then.)
     NotHeld {
         /// The lock name.
         name: String,

@@ -36,9 +36,10 @@ impl LockGuard {
     /// Releases this hold and reports what happened.
     ///
     /// `Ok(())` when the hold was released (the lock is free if this was the owner's last
-    /// hold; waiters are woken). [`Error::NotHeld`](crate::Error::NotHeld) when the lock was
-    /// no longer this owner's: its lease ran out, it was force-unlocked, or another owner has
-    /// it now, in which case nothing on Redis was changed. A retry after a lost reply is safe: the unlock is
+    /// hold; waiters are woken). [`Error::NotHeld`](crate::Error::NotHeld) when the hold was
+    /// gone: its lease ran out, it was force-unlocked, or another owner has the lock now, in
+    /// which case nothing on Redis was changed (a newer hold of the same thread is left
+    /// alone). A retry after a lost reply is safe: the unlock is
     /// idempotent.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;

@@ -84,6 +84,17 @@ impl HoldStatus {
     }
 }
 
+/// What [`Holds::unregister`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Unregistered {
+    /// The hold was counted off; this is what the thread has left on the lock.
+    Counted(HoldsLeft),
+    /// The hold had been found lost (or its lease had run out) and was no longer counted.
+    /// With `newer`, the thread holds the lock again by a newer hold, which a release in its
+    /// name would take; without, what may be left of the lost one on Redis is its own.
+    Lost { newer: bool },
+}
+
 /// What a thread still holds of one lock after releasing a hold.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct HoldsLeft {
@@ -207,17 +218,6 @@ impl Holds {
     ) -> Arc<HoldStatus> {
         let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
-        if let Some(old) = state.holds.get(&key) {
-            if old.status.is_lost() {
-                // Its lease ran out and the watchdog has not swept it yet: this is a new hold,
-                // not one more of the old, whose guards must find it gone (releasing them
-                // must not count this one off).
-                if old.status.mark_lost() {
-                    self.counters.hold_lost();
-                }
-                state.holds.remove(&key);
-            }
-        }
         let hold = state.holds.entry(key).or_insert_with(|| Hold {
             renewed: 0,
             fixed: 0,
@@ -251,9 +251,7 @@ impl Holds {
     }
 
     /// One hold fewer of `thread` on `keys`, the one whose guard has `status`; the last
-    /// renewed one stops the renewal. Returns what the thread has left on the lock, or `None`
-    /// when that hold was lost (found gone, or its lease ran out): it is no longer counted,
-    /// and the thread may hold the lock again by a newer hold, which is left alone.
+    /// renewed one stops the renewal. See [`Unregistered`] for what it found.
     pub(crate) fn unregister(
         &self,
         kind: &'static dyn LockKind,
@@ -261,13 +259,17 @@ impl Holds {
         thread: u64,
         renewed: bool,
         status: &Arc<HoldStatus>,
-    ) -> Option<HoldsLeft> {
+    ) -> Unregistered {
         let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
-        let hold = state
-            .holds
-            .get_mut(&key)
-            .filter(|hold| Arc::ptr_eq(&hold.status, status))?;
+        let hold = match state.holds.get_mut(&key) {
+            Some(hold) if Arc::ptr_eq(&hold.status, status) => hold,
+            other => {
+                return Unregistered::Lost {
+                    newer: other.is_some(),
+                }
+            }
+        };
         if renewed {
             hold.renewed = hold.renewed.saturating_sub(1);
             if hold.renewed == 0 {
@@ -283,7 +285,24 @@ impl Holds {
         if left.total == 0 {
             state.holds.remove(&key);
         }
-        Some(left)
+        Unregistered::Counted(left)
+    }
+
+    /// A force unlock through this manager deleted the lock `name`: every hold of it here is
+    /// lost, so that a thread that locks it again gets a new hold, which its older guards'
+    /// releases leave alone (instead of counting the new one off).
+    pub(crate) fn forget(&self, name: &str) {
+        let mut state = self.state.lock();
+        state.holds.retain(|key, hold| {
+            if *key.keys.name != *name {
+                return true;
+            }
+            if hold.status.mark_lost() {
+                self.counters.hold_lost();
+            }
+            (self.on_lost)(key);
+            false
+        });
     }
 
     /// A release left `thread` holding `keys` and set its lease to `lease` by a request sent
@@ -483,29 +502,26 @@ mod tests {
     }
 
     #[test]
-    fn a_hold_whose_lease_ran_out_is_not_counted_with_a_newer_one() {
+    fn a_lost_holds_release_tells_whether_the_thread_holds_the_lock_again() {
         let holds = Holds::new(
             Duration::from_secs(30),
             Arc::new(Counters::default()),
             Box::new(|_| {}),
         );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
-        let expired = Duration::from_millis(1);
-        let older = holds.register(&REENTRANT, &keys, 1, false, BootInstant::now(), expired);
-        std::thread::sleep(Duration::from_millis(5));
-        // Taken again by the same thread before the watchdog swept the old one out.
         let lease = Duration::from_secs(30);
+        let older = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        holds.forget("holds:test");
+        assert!(older.is_lost());
+        let unregistered = holds.unregister(&REENTRANT, &keys, 1, true, &older);
+        assert!(matches!(unregistered, Unregistered::Lost { newer: false }));
+        // Taken again by the same thread: a hold of its own.
         let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
-        assert!(!Arc::ptr_eq(&older, &newer), "a hold of its own");
-        assert!(older.is_lost() && !newer.is_lost());
-        assert!(
-            holds
-                .unregister(&REENTRANT, &keys, 1, false, &older)
-                .is_none(),
-            "the old guard's release finds its hold gone"
-        );
+        assert!(!Arc::ptr_eq(&older, &newer) && !newer.is_lost());
+        let unregistered = holds.unregister(&REENTRANT, &keys, 1, true, &older);
+        assert!(matches!(unregistered, Unregistered::Lost { newer: true }));
         assert_eq!(holds.count(&REENTRANT, &keys, 1), 1, "the newer one stays");
-        let left = holds.unregister(&REENTRANT, &keys, 1, true, &newer);
-        assert_eq!(left.map(|left| left.total), Some(0));
+        let unregistered = holds.unregister(&REENTRANT, &keys, 1, true, &newer);
+        assert!(matches!(unregistered, Unregistered::Counted(left) if left.total == 0));
     }
 }

@@ -7,7 +7,9 @@
 //! that has the *turn* contends in Redis; the others queue here, first come first served, and
 //! send nothing. A releasing thread with a local successor releases and acquires in the
 //! successor's name in one script call, then wakes it holding the lock: a contended lock costs
-//! one acquire and one release per critical section.
+//! one acquire and one release per critical section. (Not while replica sync waits for a
+//! master's replicas: an acquire must then be acknowledged by one, so the successor gets the
+//! turn and acquires itself.)
 //!
 //! That handoff must never shut other processes out (docs/DESIGN.md, "Fairness"). The release
 //! script publishes the unlock message and counts who heard it: when anyone besides this

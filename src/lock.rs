@@ -178,8 +178,9 @@ impl Lock {
         let keys = self.keys()?;
         let engine = self.engine()?;
         let released = engine.store().force_unlock(keys)?;
-        // Whichever local thread had the turn lost its hold: the next one may go at once.
-        engine.forget_turn(keys);
+        // Every local hold is gone, and whichever local thread had the turn lost its hold:
+        // the next one may go at once.
+        engine.forget_holds(keys);
         Ok(released)
     }
 

@@ -224,3 +224,50 @@ fn a_lost_hold_does_not_keep_its_manager_from_the_free_lock() -> Result<()> {
     drop(a_guard);
     Ok(())
 }
+
+/// A hold this side gave up while it was still on the server (the renewals ran, their replies
+/// came too late) is released like any other: nothing newer of the thread is there, and
+/// leaving it would keep everyone out until its lease ran out.
+#[test]
+fn a_hold_lost_only_on_this_side_is_still_released() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let manager = LockManager::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()?;
+    let other = LockManager::new(&server.url())?;
+    let name = "lost:late-renewals";
+    let guard = manager.lock(name)?;
+    let lost = guard.lost_signal();
+    proxy.delay_replies(Duration::from_millis(1_500));
+    lost.recv_timeout(Duration::from_secs(10))
+        .expect("no renewal confirmed within the lease");
+    proxy.delay_replies(Duration::ZERO);
+    assert!(
+        other.get_lock(name).is_locked()?,
+        "still held on the server"
+    );
+    guard.unlock()?;
+    assert!(!other.get_lock(name).is_locked()?, "released");
+    Ok(())
+}
+
+/// A force unlock through the holder's own manager ends its holds there too: the thread that
+/// locks again gets a new hold, which its older guard's release leaves alone.
+#[test]
+fn after_a_force_unlock_by_its_own_manager_an_old_guard_leaves_a_new_hold_alone() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let other = LockManager::new(&server.url())?;
+    let lock = manager.get_lock("lost:forced");
+    let old = lock.lock()?;
+    assert!(lock.force_unlock()?);
+    assert!(old.is_lost(), "force-unlocked here: known at once");
+    let new = lock.lock()?;
+    assert!(old.unlock().unwrap_err().is_not_held());
+    assert_eq!(lock.hold_count()?, 1);
+    assert!(other.try_lock("lost:forced", Duration::ZERO)?.is_none());
+    assert!(!new.is_lost());
+    new.unlock()?;
+    Ok(())
+}
