@@ -389,6 +389,26 @@ fn holder_and_queued_successor(
     (a, rx)
 }
 
+/// The successor's own acquire cannot be acknowledged: it is refused with NotReplicated and
+/// rolled back, never leaving a hold on the master that nobody renews or releases.
+fn assert_refused_and_rolled_back(
+    successor: &std::sync::mpsc::Receiver<redis_lock::Result<redis_lock::LockGuard>>,
+    master: &RedisServer,
+    name: &str,
+) {
+    let err = successor
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+        .map(drop)
+        .unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    let held: Vec<String> = redis::cmd("HGETALL")
+        .arg(name)
+        .query(&mut master.conn())
+        .unwrap();
+    assert!(held.is_empty(), "rolled back: {held:?}");
+}
+
 /// A release that hands the lock to the next local thread acquires in its name: with replica
 /// sync on, that acquire must be acknowledged by a replica like any other, so the successor
 /// acquires itself (and is refused, and rolled back, when no replica answers).
@@ -407,17 +427,7 @@ fn a_local_successor_gets_no_lock_that_no_replica_acknowledged() {
     assert!(direct.is_not_replicated(), "{direct}");
     a.unlock()
         .expect("a release is done whatever the replicas say");
-    let err = b
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap()
-        .map(drop)
-        .unwrap_err();
-    assert!(err.is_not_replicated(), "{err}");
-    let held: Vec<String> = redis::cmd("HGETALL")
-        .arg(name)
-        .query(&mut master.conn())
-        .unwrap();
-    assert!(held.is_empty(), "rolled back: {held:?}");
+    assert_refused_and_rolled_back(&b, &master, name);
     replica.thaw();
 }
 
@@ -444,18 +454,6 @@ fn a_release_whose_replica_check_fails_is_still_a_release() {
     replica.freeze();
     a.unlock()
         .expect("released, whatever the replica check says");
-    // The successor's own acquire cannot be acknowledged: refused and rolled back, never a
-    // hold left on the master that nobody renews or releases.
-    let err = b
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap()
-        .map(drop)
-        .unwrap_err();
-    assert!(err.is_not_replicated(), "{err}");
-    let held: Vec<String> = redis::cmd("HGETALL")
-        .arg(name)
-        .query(&mut master.conn())
-        .unwrap();
-    assert!(held.is_empty(), "{held:?}");
+    assert_refused_and_rolled_back(&b, &master, name);
     replica.thaw();
 }
