@@ -85,8 +85,12 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
             control,
             mine: HashSet::new(),
             pending: HashMap::new(),
+            unsubscribing: HashMap::new(),
         };
-        match listener.serve(&mut conn, inbox) {
+        let served = listener.serve(&mut conn, inbox);
+        // The server dropped every subscription of the connection with it.
+        listener.forget_subscriptions();
+        match served {
             Ok(Served::Shutdown) => return,
             Ok(Served::Retired) => {
                 log::info!("pub/sub listener for {addr}: no longer a master; stopping");
@@ -135,6 +139,9 @@ struct Listener<'a> {
     /// Subscriptions sent and not confirmed yet: when they were sent, and how many times
     /// they went unconfirmed before.
     pending: HashMap<String, (Instant, u32)>,
+    /// Unsubscribes sent whose confirmations have not come back yet, by channel: until then
+    /// the server may still count this connection among the channel's subscribers.
+    unsubscribing: HashMap<String, u32>,
 }
 
 impl Listener<'_> {
@@ -236,7 +243,9 @@ impl Listener<'_> {
                 // A new waiter may have come back since; its own request follows.
                 if self.shared.waiters(&channel).is_none() && self.mine.remove(&channel) {
                     self.pending.remove(&channel);
-                    self.shared.subscribed.lock().remove(&channel);
+                    // Still counted as subscribed until the server confirms: a release
+                    // published before the server drops the subscription is heard by it.
+                    *self.unsubscribing.entry(channel.clone()).or_default() += 1;
                     let command = self.unsubscribe_command();
                     self.send(conn, command, &channel)?;
                 }
@@ -273,6 +282,10 @@ impl Listener<'_> {
         };
         self.send(conn, command, channel)?;
         self.mine.insert(channel.to_owned());
+        // Counted from the send, not the confirmation: the server may run the SUBSCRIBE, and
+        // count this connection among those who hear a release, before its confirmation is
+        // read here.
+        self.shared.subscribed.lock().insert(channel.to_owned());
         let failures = self
             .pending
             .get(channel)
@@ -329,6 +342,7 @@ impl Listener<'_> {
             self.mine.remove(&channel);
             if self.shared.waiters(&channel).is_none() {
                 self.pending.remove(&channel);
+                self.forget_unless_mine(&channel);
                 continue;
             }
             if self.is_mine(&channel) {
@@ -337,11 +351,32 @@ impl Listener<'_> {
                 self.subscribe(conn, &channel)?;
             } else {
                 self.pending.remove(&channel);
+                self.forget_unless_mine(&channel);
                 self.shared
                     .send(&channel, Request::Subscribe(channel.clone()));
             }
         }
         Ok(())
+    }
+
+    /// `channel` is no longer subscribed on this listener's connection (unless it was
+    /// subscribed again meanwhile, or an unsubscribe is still owed a confirmation).
+    fn forget_unless_mine(&self, channel: &str) {
+        if !self.mine.contains(channel) && !self.unsubscribing.contains_key(channel) {
+            self.shared.subscribed.lock().remove(channel);
+        }
+    }
+
+    /// The connection is gone, and with it every subscription it had.
+    fn forget_subscriptions(&mut self) {
+        let mut subscribed = self.shared.subscribed.lock();
+        for channel in self
+            .mine
+            .drain()
+            .chain(self.unsubscribing.drain().map(|(c, _)| c))
+        {
+            subscribed.remove(&channel);
+        }
     }
 
     /// What the server sent: a message, a confirmation, a server-side unsubscribe, an error.
@@ -385,9 +420,20 @@ impl Listener<'_> {
             PushKind::Subscribe | PushKind::SSubscribe
                 if self.pending.remove(&channel).is_some() =>
             {
-                self.shared.subscribed.lock().insert(channel.clone());
                 if let Some(waiters) = self.shared.waiters(&channel) {
                     waiters.mark_subscribed();
+                }
+            }
+            PushKind::Unsubscribe | PushKind::SUnsubscribe
+                if self.unsubscribing.contains_key(&channel) =>
+            {
+                // The confirmation of an unsubscribe of ours (they come back in order).
+                if let Some(owed) = self.unsubscribing.get_mut(&channel) {
+                    *owed -= 1;
+                    if *owed == 0 {
+                        self.unsubscribing.remove(&channel);
+                        self.forget_unless_mine(&channel);
+                    }
                 }
             }
             PushKind::SUnsubscribe if self.mine.contains(&channel) => {

@@ -121,9 +121,14 @@ struct ListenerHandle {
 /// What the subscriber and its listeners share.
 pub(crate) struct Shared {
     channels: Mutex<HashMap<String, Arc<Waiters>>>,
-    /// The channels some listener is subscribed to on the server (including those without
-    /// waiters, until the listener unsubscribes): a release subtracts this client's own
-    /// listener from the count of those who heard its unlock.
+    /// The channels the server may count one of the listeners' connections among the
+    /// subscribers of: from when the SUBSCRIBE is sent (the server may run it before its
+    /// confirmation is read) until the UNSUBSCRIBE is confirmed or the connection is gone. A
+    /// release subtracts this client's own listener from the count of those who heard its
+    /// unlock; in the moments either side of a subscription that count may already, or still,
+    /// lack it, and the release then hands over locally where it could have yielded, which
+    /// costs a remote waiter at most one turn. The other mistake, a yield that nobody takes,
+    /// would leave the lock idle and widen the hold-back window for nothing.
     pub(crate) subscribed: Mutex<HashSet<String>>,
     /// How many messages the listeners have heard on each subscribed channel (waiters or
     /// not), so that a thread holding back for remote waiters can tell whether one of them

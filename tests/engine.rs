@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_lock::{AcquireOptions, Lease, LockManager, Result};
+use support::proxy::Proxy;
 use support::RedisServer;
 
 fn latch_keys(conn: &mut redis::Connection) -> usize {
@@ -285,6 +286,62 @@ fn stats_count_acquisitions_waits_handoffs_wakeups_and_renewals() -> Result<()> 
     }));
     guard.unlock()?;
     assert_eq!(manager.stats().renewal_failures, 0);
+    Ok(())
+}
+
+/// A release right after a local waiter got the lock races the listener's UNSUBSCRIBE, which
+/// the server may run after the release's PUBLISH: this manager's own listener then still
+/// hears the unlock, and must not be taken for a remote waiter (a yield that nobody takes).
+/// The proxy holds the UNSUBSCRIBE back so that the release surely comes first.
+#[test]
+fn a_subscription_being_dropped_is_not_taken_for_a_remote_waiter() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = LockManager::new(&proxy.url())?;
+    let other = LockManager::new(&server.url())?;
+    let name = "engine:unsubscribing";
+    let channel = "redisson_lock__channel:{engine:unsubscribing}";
+    let mut conn = server.conn();
+
+    // A remote holder; a local waiter subscribed for it, and a second local thread queued
+    // behind the waiter in the line.
+    let remote = other.lock(name)?;
+    let first = {
+        let manager = manager.clone();
+        thread::spawn(move || -> Result<()> { manager.lock(name)?.unlock() })
+    };
+    assert!(support::await_subscribers(&mut conn, channel, 1));
+    let (holding_tx, holding_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let second = {
+        let manager = manager.clone();
+        thread::spawn(move || -> Result<()> {
+            let guard = manager.lock(name)?;
+            holding_tx.send(()).expect("test alive");
+            go_rx.recv().expect("test alive");
+            guard.unlock()
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.queued_thread_count() == 1
+    }));
+    proxy.hold_requests_containing(b"UNSUBSCRIBE");
+    // The waiter gets the lock and hands it to the second thread; its listener, woken by
+    // the unlock message, drops the subscription nobody needs now: held back.
+    remote.unlock()?;
+    first.join().expect("first thread")?;
+    holding_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the second thread got the lock");
+    assert!(support::eventually(Duration::from_secs(10), || {
+        proxy.held() == 1
+    }));
+    assert_eq!(support::numsub(&mut conn, channel), 1, "still subscribed");
+    go_tx.send(()).expect("second thread alive");
+    second.join().expect("second thread")?;
+    proxy.release_requests();
+    assert!(support::await_subscribers(&mut conn, channel, 0));
+    assert_eq!(manager.stats().yields, 0, "nobody else waited");
     Ok(())
 }
 

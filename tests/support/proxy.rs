@@ -1,5 +1,6 @@
 //! A TCP proxy in front of a redis-server that the tests control: it forwards bytes both ways
-//! and can drop the next reply, or cut every connection.
+//! and can drop the next reply, delay replies, hold back requests that contain some bytes, or
+//! cut every connection.
 //!
 //! Loopback only; its threads end when the proxy is dropped (connections are shut down).
 
@@ -29,6 +30,10 @@ struct Shared {
     streams: Mutex<Vec<TcpStream>>,
     /// How long every reply is held back, in ms: a uniformly slow server.
     reply_delay_ms: AtomicUsize,
+    /// Requests (client-to-server reads) containing these bytes wait until it is cleared.
+    hold_requests: Mutex<Option<Vec<u8>>>,
+    /// Requests held back so far.
+    held: AtomicUsize,
 }
 
 impl Proxy {
@@ -58,9 +63,10 @@ impl Proxy {
                 pump(
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
-                    None,
+                    Direction::Requests,
+                    Arc::clone(&accepting),
                 );
-                pump(server, client, Some(Arc::clone(&accepting)));
+                pump(server, client, Direction::Replies, Arc::clone(&accepting));
             }
         });
         Proxy { port, shared }
@@ -100,6 +106,23 @@ impl Proxy {
         self.shared.reply_delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// From now on, a request (on any connection) containing `bytes` is held back, with
+    /// whatever else its connection sends after it, until [`Proxy::release_requests`]: the
+    /// server runs it late, while the client already counts it as sent.
+    pub fn hold_requests_containing(&self, bytes: &[u8]) {
+        *self.shared.hold_requests.lock().unwrap() = Some(bytes.to_vec());
+    }
+
+    /// Lets the held-back requests through, and holds back no more.
+    pub fn release_requests(&self) {
+        *self.shared.hold_requests.lock().unwrap() = None;
+    }
+
+    /// How many requests were held back so far.
+    pub fn held(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
     /// How many replies were swallowed.
     pub fn dropped(&self) -> usize {
         self.shared.dropped.load(Ordering::SeqCst)
@@ -122,9 +145,32 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies `from` to `to` until either closes; with `replies`, it is the server-to-client
-/// direction, where replies may be swallowed.
-fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    /// Client to server: requests may be held back.
+    Requests,
+    /// Server to client: replies may be swallowed or delayed.
+    Replies,
+}
+
+/// Holds `request` back while the proxy holds back requests containing some bytes it has.
+fn hold_if_matching(shared: &Shared, request: &[u8]) {
+    let matches = |pattern: &Option<Vec<u8>>| {
+        pattern
+            .as_ref()
+            .is_some_and(|p| request.windows(p.len()).any(|w| w == p.as_slice()))
+    };
+    if !matches(&shared.hold_requests.lock().unwrap()) {
+        return;
+    }
+    shared.held.fetch_add(1, Ordering::SeqCst);
+    while matches(&shared.hold_requests.lock().unwrap()) && !shared.stopped.load(Ordering::SeqCst) {
+        thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Copies `from` to `to` until either closes, applying the faults of its direction.
+fn pump(mut from: TcpStream, mut to: TcpStream, direction: Direction, shared: Arc<Shared>) {
     thread::spawn(move || {
         let mut buf = [0u8; 64 * 1024];
         loop {
@@ -132,7 +178,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: Option<Arc<Shared>>) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            if let Some(shared) = &replies {
+            if direction == Direction::Requests {
+                hold_if_matching(&shared, &buf[..n]);
+            } else {
                 let cut = shared
                     .cut_replies
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
