@@ -1,8 +1,9 @@
 //! Load generator: runs workloads W1–W6 of BENCHMARKS.md, W7 (the fair lock's handoff) and W8
 //! (a read-write lock's throughput) against one Redis server and prints one
 //! table with each figure, the floor it is measured against (in the same run) and the ratio.
-//! A row measures semaphore acquire/release cycles the same way W1 measures locks, and a
-//! last one a Redlock over 5 masters (this server and 4 throwaway ones) against one master.
+//! A row measures semaphore acquire/release cycles the same way W1 measures locks, and the
+//! last ones a Redlock over 5 masters (this server and 4 throwaway ones) against one master,
+//! on loopback and with every reply delayed as by a network (`redlock-net`).
 //!
 //! ```sh
 //! cargo run --release --example loadgen            # the full run (about a minute)
@@ -157,7 +158,7 @@ fn main() -> ExitCode {
     );
 
     // `--only NAME[,NAME...]` runs only those workloads (w1 w2 w6 w3 w7 w8 w4 w5 semaphore
-    // redlock cluster); without it, all of them.
+    // redlock redlock-net cluster); without it, all of them.
     let args: Vec<String> = std::env::args().collect();
     let only: Option<Vec<String>> = args
         .iter()
@@ -202,7 +203,12 @@ fn main() -> ExitCode {
         rows.extend(semaphore_cycles(&url, &scale));
     }
     if wants("redlock") {
-        rows.extend(redlock_cycles(&url, &scale));
+        rows.extend(redlock_cycles(&url, &scale, None));
+    }
+    if wants("redlock-net") {
+        for network in NETWORK_DELAYS {
+            rows.extend(redlock_cycles(&url, &scale, Some(network)));
+        }
     }
     if wants("cluster") {
         rows.extend(cluster_workloads(&scale));
@@ -287,6 +293,20 @@ fn w1_uncontended(url: &str, scale: &Scale) -> Vec<Row> {
     ]
 }
 
+/// How much later than on loopback every reply arrives in `redlock-net`: about a round trip
+/// within one availability zone, and across zones, so that a round trip is network time, as
+/// between separate machines, rather than this machine's CPU shared by every server.
+const NETWORK_DELAYS: [(Duration, &str); 2] = [
+    (
+        Duration::from_micros(250),
+        "Redlock over 5 masters, replies 0.25 ms late",
+    ),
+    (
+        Duration::from_millis(1),
+        "Redlock over 5 masters, replies 1 ms late",
+    ),
+];
+
 /// Redlock lock+unlock cycles over 5 masters (the run's server and 4 started here, all on
 /// this machine), against lock+unlock cycles on one of them, rounds alternating as in W1.
 /// A Redlock round tries every master at once on the process' fan-out workers (no thread is
@@ -294,7 +314,12 @@ fn w1_uncontended(url: &str, scale: &Scale) -> Vec<Row> {
 /// workers and back. With all five servers on this machine's cores, five masters also cost
 /// five times the CPU of one: the floor rows send the lock's two scripts raw to all five at
 /// once from one thread (every request written before any reply is read), against one master.
-fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
+///
+/// With `network` (a delay and the rows' name), every connection goes through a proxy in
+/// front of its server that delivers each reply that much later (this kernel has no
+/// `tc netem`), standing in for masters on separate machines: a round trip is then mostly
+/// network time, which five masters spend at once, rather than CPU, which they share here.
+fn redlock_cycles(url: &str, scale: &Scale, network: Option<(Duration, &'static str)>) -> Vec<Row> {
     /// The lock's acquire and release scripts sent raw, at once, to every connection of
     /// `conns`: each request is written to all before any reply is read.
     struct RawMasters {
@@ -381,6 +406,26 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
     let others: Vec<_> = (0..4).map(|_| support::RedisServer::start()).collect();
     let mut urls = vec![url.to_owned()];
     urls.extend(others.iter().map(support::RedisServer::url));
+    let proxies: Vec<support::proxy::Proxy> = match network {
+        None => Vec::new(),
+        Some((delay, _)) => urls
+            .iter()
+            .map(|url| {
+                let port = url
+                    .trim_end_matches('/')
+                    .rsplit(':')
+                    .next()
+                    .and_then(|port| port.parse().ok())
+                    .expect("a redis://host:port/ URL");
+                let proxy = support::proxy::Proxy::start(port);
+                proxy.delay_replies(delay);
+                proxy
+            })
+            .collect(),
+    };
+    if !proxies.is_empty() {
+        urls = proxies.iter().map(support::proxy::Proxy::url).collect();
+    }
     let managers: Vec<_> = urls
         .iter()
         .map(|url| LockManager::new(url).expect("manager"))
@@ -394,7 +439,12 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
     let single = managers[0].get_lock("loadgen:redlock:single");
     let mut raw_five = RawMasters::connect(&urls);
     let mut raw_one = RawMasters::connect(&urls[..1]);
-    let cycles = scale.w1_cycles / 2;
+    // A cycle over the network takes milliseconds: fewer of them.
+    let cycles = if network.is_some() {
+        scale.w1_cycles / 10
+    } else {
+        scale.w1_cycles / 2
+    };
     let rounds = 10;
     let mut samples: [Vec<Duration>; 4] = Default::default();
     for _ in 0..rounds {
@@ -428,7 +478,7 @@ fn redlock_cycles(url: &str, scale: &Scale) -> Vec<Row> {
     }
     let [single, red, raw_one, raw_five] = samples.map(|mut s| percentiles(&mut s));
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
-    let workload = "Redlock over 5 masters";
+    let workload = network.map_or("Redlock over 5 masters", |(_, name)| name);
     vec![
         row(workload, "cycle p50, against one master's", micros(red.p50)).against(
             micros(single.p50),

@@ -28,8 +28,8 @@ struct Shared {
     stopped: AtomicBool,
     /// Both ends of every connection, to cut them.
     streams: Mutex<Vec<TcpStream>>,
-    /// How long every reply is held back, in ms: a uniformly slow server.
-    reply_delay_ms: AtomicUsize,
+    /// How long every reply is held back, in µs: a uniformly slow server, or a network.
+    reply_delay_us: AtomicUsize,
     /// Requests (client-to-server reads) containing these bytes wait until it is cleared.
     hold_requests: Mutex<Option<Vec<u8>>>,
     /// Requests held back so far.
@@ -102,8 +102,8 @@ impl Proxy {
     /// Every reply from now on reaches the client `delay` late (each read from the server is
     /// held that long): a server that answers everything slowly, without timing out.
     pub fn delay_replies(&self, delay: std::time::Duration) {
-        let ms = usize::try_from(delay.as_millis()).unwrap_or(usize::MAX);
-        self.shared.reply_delay_ms.store(ms, Ordering::SeqCst);
+        let us = usize::try_from(delay.as_micros()).unwrap_or(usize::MAX);
+        self.shared.reply_delay_us.store(us, Ordering::SeqCst);
     }
 
     /// From now on, a request (on any connection) containing `bytes` is held back, with
@@ -203,9 +203,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, direction: Direction, shared: Ar
                     shared.dropped.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
-                let delay = shared.reply_delay_ms.load(Ordering::SeqCst) as u64;
+                let delay = shared.reply_delay_us.load(Ordering::SeqCst) as u64;
                 if delay > 0 {
-                    thread::sleep(std::time::Duration::from_millis(delay));
+                    thread::sleep(std::time::Duration::from_micros(delay));
                 }
             }
             if to.write_all(&buf[..n]).is_err() {
