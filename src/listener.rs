@@ -86,6 +86,7 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
             mine: HashSet::new(),
             pending: HashMap::new(),
             unsubscribing: HashMap::new(),
+            counted: HashSet::new(),
         };
         let served = listener.serve(&mut conn, inbox);
         // The server dropped every subscription of the connection with it.
@@ -139,9 +140,13 @@ struct Listener<'a> {
     /// Subscriptions sent and not confirmed yet: when they were sent, and how many times
     /// they went unconfirmed before.
     pending: HashMap<String, (Instant, u32)>,
-    /// Unsubscribes sent whose confirmations have not come back yet, by channel: until then
-    /// the server may still count this connection among the channel's subscribers.
-    unsubscribing: HashMap<String, u32>,
+    /// Unsubscribes sent whose confirmations have not come back yet, by channel: how many,
+    /// and when the last was sent. Until then the server may still count this connection
+    /// among the channel's subscribers.
+    unsubscribing: HashMap<String, (u32, Instant)>,
+    /// The channels this listener counts in `Shared::subscribed`: its own share, which only
+    /// it adds or removes (another master's listener may count the same channel).
+    counted: HashSet<String>,
 }
 
 impl Listener<'_> {
@@ -245,7 +250,11 @@ impl Listener<'_> {
                     self.pending.remove(&channel);
                     // Still counted as subscribed until the server confirms: a release
                     // published before the server drops the subscription is heard by it.
-                    *self.unsubscribing.entry(channel.clone()).or_default() += 1;
+                    let owed = self
+                        .unsubscribing
+                        .entry(channel.clone())
+                        .or_insert((0, Instant::now()));
+                    *owed = (owed.0 + 1, Instant::now());
                     let command = self.unsubscribe_command();
                     self.send(conn, command, &channel)?;
                 }
@@ -260,7 +269,10 @@ impl Listener<'_> {
                 for channel in moved {
                     self.mine.remove(&channel);
                     self.pending.remove(&channel);
-                    self.shared.subscribed.lock().remove(&channel);
+                    // Releases of the channel go to its new master now, where this
+                    // connection is nobody; the confirmation is not waited for.
+                    self.unsubscribing.remove(&channel);
+                    self.uncount(&channel);
                     let command = self.unsubscribe_command();
                     self.send(conn, command, &channel)?;
                     if let Some(waiters) = self.shared.waiters(&channel) {
@@ -280,16 +292,19 @@ impl Listener<'_> {
         } else {
             "SUBSCRIBE"
         };
-        self.send(conn, command, channel)?;
-        self.mine.insert(channel.to_owned());
-        // Counted from the send, not the confirmation: the server may run the SUBSCRIBE, and
-        // count this connection among those who hear a release, before its confirmation is
-        // read here.
-        self.shared.subscribed.lock().insert(channel.to_owned());
         let failures = self
             .pending
             .get(channel)
             .map_or(0, |(_, failures)| *failures);
+        // A first try counts from the send, not the confirmation: the server may run the
+        // SUBSCRIBE, and count this connection among those who hear a release, before its
+        // confirmation is read here. A retry (the last try went unconfirmed: refused, or sent
+        // to a node that does not serve the channel) counts only once confirmed.
+        if failures == 0 {
+            self.count(channel);
+        }
+        self.send(conn, command, channel)?;
+        self.mine.insert(channel.to_owned());
         self.pending
             .insert(channel.to_owned(), (Instant::now(), failures));
         Ok(())
@@ -314,6 +329,18 @@ impl Listener<'_> {
     /// again where the channel belongs now.
     fn retry_unconfirmed(&mut self, conn: &mut Connection) -> RedisResult<()> {
         let timeout = self.shared.response_timeout;
+        // An unsubscribe answered by an error (MOVED on a cluster, after a resharding) gets no
+        // confirmation: after a response timeout the connection is taken to be off the channel.
+        let unanswered: Vec<String> = self
+            .unsubscribing
+            .iter()
+            .filter(|(_, (_, sent))| sent.elapsed() >= timeout)
+            .map(|(channel, _)| channel.clone())
+            .collect();
+        for channel in unanswered {
+            self.unsubscribing.remove(&channel);
+            self.uncount_unless_mine(&channel);
+        }
         // Refused again and again (no channel rights): ask less and less often.
         let late: Vec<(String, u32)> = self
             .pending
@@ -340,9 +367,9 @@ impl Listener<'_> {
                 );
             }
             self.mine.remove(&channel);
+            self.uncount_unless_mine(&channel);
             if self.shared.waiters(&channel).is_none() {
                 self.pending.remove(&channel);
-                self.forget_unless_mine(&channel);
                 continue;
             }
             if self.is_mine(&channel) {
@@ -351,7 +378,6 @@ impl Listener<'_> {
                 self.subscribe(conn, &channel)?;
             } else {
                 self.pending.remove(&channel);
-                self.forget_unless_mine(&channel);
                 self.shared
                     .send(&channel, Request::Subscribe(channel.clone()));
             }
@@ -359,23 +385,47 @@ impl Listener<'_> {
         Ok(())
     }
 
-    /// `channel` is no longer subscribed on this listener's connection (unless it was
-    /// subscribed again meanwhile, or an unsubscribe is still owed a confirmation).
-    fn forget_unless_mine(&self, channel: &str) {
+    /// Counts `channel` as subscribed on this listener's connection (once).
+    fn count(&mut self, channel: &str) {
+        if self.counted.insert(channel.to_owned()) {
+            *self
+                .shared
+                .subscribed
+                .lock()
+                .entry(channel.to_owned())
+                .or_default() += 1;
+        }
+    }
+
+    /// Stops counting `channel` as subscribed on this listener's connection.
+    fn uncount(&mut self, channel: &str) {
+        if self.counted.remove(channel) {
+            let mut subscribed = self.shared.subscribed.lock();
+            if let Some(listeners) = subscribed.get_mut(channel) {
+                *listeners -= 1;
+                if *listeners == 0 {
+                    subscribed.remove(channel);
+                }
+            }
+        }
+    }
+
+    /// Stops counting `channel` unless it was subscribed again meanwhile or an unsubscribe
+    /// of it still awaits its confirmation.
+    fn uncount_unless_mine(&mut self, channel: &str) {
         if !self.mine.contains(channel) && !self.unsubscribing.contains_key(channel) {
-            self.shared.subscribed.lock().remove(channel);
+            self.uncount(channel);
         }
     }
 
     /// The connection is gone, and with it every subscription it had.
     fn forget_subscriptions(&mut self) {
-        let mut subscribed = self.shared.subscribed.lock();
-        for channel in self
-            .mine
-            .drain()
-            .chain(self.unsubscribing.drain().map(|(c, _)| c))
-        {
-            subscribed.remove(&channel);
+        self.mine.clear();
+        self.pending.clear();
+        self.unsubscribing.clear();
+        let counted: Vec<String> = self.counted.iter().cloned().collect();
+        for channel in counted {
+            self.uncount(&channel);
         }
     }
 
@@ -420,6 +470,7 @@ impl Listener<'_> {
             PushKind::Subscribe | PushKind::SSubscribe
                 if self.pending.remove(&channel).is_some() =>
             {
+                self.count(&channel);
                 if let Some(waiters) = self.shared.waiters(&channel) {
                     waiters.mark_subscribed();
                 }
@@ -428,11 +479,11 @@ impl Listener<'_> {
                 if self.unsubscribing.contains_key(&channel) =>
             {
                 // The confirmation of an unsubscribe of ours (they come back in order).
-                if let Some(owed) = self.unsubscribing.get_mut(&channel) {
+                if let Some((owed, _)) = self.unsubscribing.get_mut(&channel) {
                     *owed -= 1;
                     if *owed == 0 {
                         self.unsubscribing.remove(&channel);
-                        self.forget_unless_mine(&channel);
+                        self.uncount_unless_mine(&channel);
                     }
                 }
             }
@@ -441,7 +492,8 @@ impl Listener<'_> {
                 // resharding). Subscribe where the channel is now, and let its waiters look
                 // again, since releases may have been missed meanwhile.
                 self.mine.remove(&channel);
-                self.shared.subscribed.lock().remove(&channel);
+                self.pending.remove(&channel);
+                self.uncount(&channel);
                 let topology = self.shared.store.topology();
                 topology.refresh(topology.map().generation);
                 if let Some(waiters) = self.shared.waiters(&channel) {

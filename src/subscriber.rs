@@ -16,7 +16,7 @@
 //! Redisson's `SemaphorePubSub` does); on a latch's channel `0` (the count reached zero) wakes
 //! all, and `1` (a new count was set) wakes nobody, since the latch just closed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -121,15 +121,17 @@ struct ListenerHandle {
 /// What the subscriber and its listeners share.
 pub(crate) struct Shared {
     channels: Mutex<HashMap<String, Arc<Waiters>>>,
-    /// The channels the server may count one of the listeners' connections among the
-    /// subscribers of: from when the SUBSCRIBE is sent (the server may run it before its
-    /// confirmation is read) until the UNSUBSCRIBE is confirmed or the connection is gone. A
-    /// release subtracts this client's own listener from the count of those who heard its
-    /// unlock; in the moments either side of a subscription that count may already, or still,
-    /// lack it, and the release then hands over locally where it could have yielded, which
-    /// costs a remote waiter at most one turn. The other mistake, a yield that nobody takes,
-    /// would leave the lock idle and widen the hold-back window for nothing.
-    pub(crate) subscribed: Mutex<HashSet<String>>,
+    /// For each channel, how many of the listeners' connections the server may count among
+    /// its subscribers: each listener counts a channel from when it sends the SUBSCRIBE (the
+    /// server may run it before the confirmation is read) until its UNSUBSCRIBE is confirmed,
+    /// or a response timeout has passed without a confirmation, or its connection is gone;
+    /// each adds and removes only its own count (`crate::listener`). A release subtracts this
+    /// client's own listener from the count of those who heard its unlock. In the moments
+    /// either side of a subscription the server may already, or still, lack it, and the
+    /// release then hands over locally where it could have yielded, which passes a remote
+    /// waiter over once. The other mistake, a yield that nobody takes, would leave the lock
+    /// idle and widen the hold-back window for nothing.
+    pub(crate) subscribed: Mutex<HashMap<String, u32>>,
     /// How many messages the listeners have heard on each subscribed channel (waiters or
     /// not), so that a thread holding back for remote waiters can tell whether one of them
     /// released the lock meanwhile.
@@ -311,7 +313,7 @@ impl Subscriber {
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
-            subscribed: Mutex::new(HashSet::new()),
+            subscribed: Mutex::new(HashMap::new()),
             message_counts: Mutex::new(HashMap::new()),
             listeners: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
@@ -379,7 +381,7 @@ impl Subscriber {
 
     /// Whether one of this manager's listeners is subscribed to `channel` on the server.
     pub(crate) fn is_listening(&self, channel: &str) -> bool {
-        self.shared.subscribed.lock().contains(channel)
+        self.shared.subscribed.lock().contains_key(channel)
     }
 
     /// How many messages the listeners have heard on `channel` since the manager started (it

@@ -342,6 +342,46 @@ fn a_subscription_being_dropped_is_not_taken_for_a_remote_waiter() -> Result<()>
     proxy.release_requests();
     assert!(support::await_subscribers(&mut conn, channel, 0));
     assert_eq!(manager.stats().yields, 0, "nobody else waited");
+
+    // Once the unsubscribe is confirmed the listener no longer counts itself: a release that
+    // a remote waiter alone hears is left to it. The same set-up, with a remote waiter.
+    let remote = other.lock(name)?;
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let first = {
+        let manager = manager.clone();
+        thread::spawn(move || -> Result<()> {
+            let guard = manager.lock(name)?;
+            release_rx.recv().expect("test alive");
+            guard.unlock()
+        })
+    };
+    assert!(support::await_subscribers(&mut conn, channel, 1));
+    let second = {
+        let manager = manager.clone();
+        thread::spawn(move || -> Result<()> { manager.lock(name)?.unlock() })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        manager.queued_thread_count() == 1
+    }));
+    remote.unlock()?;
+    // The waiter holds the lock; its listener's subscription ends.
+    assert!(support::await_subscribers(&mut conn, channel, 0));
+    let remote_waiter = {
+        let other = other.clone();
+        thread::spawn(move || -> Result<()> { other.lock(name)?.unlock() })
+    };
+    assert!(support::await_subscribers(&mut conn, channel, 1));
+    release_tx.send(()).expect("first thread alive");
+    first.join().expect("first thread")?;
+    remote_waiter.join().expect("remote waiter")?;
+    second.join().expect("second thread")?;
+    // (The second thread's own release may yield too, if the remote waiter's listener has
+    // not dropped its subscription yet.)
+    let stats = manager.stats();
+    assert!(
+        stats.yields >= 1,
+        "the release was left to the remote waiter: {stats:?}"
+    );
     Ok(())
 }
 
