@@ -250,11 +250,11 @@ impl Listener<'_> {
                     self.pending.remove(&channel);
                     // Still counted as subscribed until the server confirms: a release
                     // published before the server drops the subscription is heard by it.
-                    let owed = self
-                        .unsubscribing
+                    let now = Instant::now();
+                    self.unsubscribing
                         .entry(channel.clone())
-                        .or_insert((0, Instant::now()));
-                    *owed = (owed.0 + 1, Instant::now());
+                        .and_modify(|(owed, sent)| (*owed, *sent) = (*owed + 1, now))
+                        .or_insert((1, now));
                     let command = self.unsubscribe_command();
                     self.send(conn, command, &channel)?;
                 }
