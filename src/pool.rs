@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redis::{Client, Connection};
+use redis::{Client, Connection, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::fork::Origin;
@@ -51,6 +51,45 @@ pub(crate) struct PooledConnection<'a> {
     /// The connection was idle in the pool before, so it may have died unnoticed (for example
     /// when the server restarted). A fresh connection that fails has no such excuse.
     pub(crate) reused: bool,
+}
+
+/// How many times a connect interrupted by the process being stopped is tried again.
+const INTERRUPTED_CONNECT_RETRIES: u32 = 3;
+
+/// Opens a connection as redis-rs does, again when the setup was interrupted (EINTR).
+///
+/// Linux fails a read on a socket with a timeout with EINTR when the process is stopped and
+/// continued while the read waits, even with no signal handler (signal(7)): Ctrl-Z and `fg`,
+/// a debugger, a frozen container. Nothing is wrong with the server then, and a connect (a
+/// handshake, AUTH or HELLO, SELECT) may be done again. Commands on an open connection are
+/// not repeated here: an interrupted reply is a lost reply, handled where it is read.
+pub(crate) fn connect_with_timeout(client: &Client, timeout: Duration) -> RedisResult<Connection> {
+    let mut retries = 0;
+    loop {
+        match client.get_connection_with_timeout(timeout) {
+            Err(err) if retries < INTERRUPTED_CONNECT_RETRIES && is_interrupted(&err) => {
+                retries += 1;
+                log::debug!("connecting to Redis was interrupted ({err}); connecting again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether `err` is an I/O error of kind `Interrupted` (EINTR).
+fn is_interrupted(err: &redis::RedisError) -> bool {
+    use std::error::Error as _;
+    if !err.is_io_error() {
+        return false;
+    }
+    // redis-rs keeps the io::Error behind an `Arc<dyn Error>` and shows it only as the source;
+    // should that change, this says false and the connect fails as it did before.
+    let source = err.source();
+    let io = source
+        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
+        .and_then(|arc| arc.downcast_ref::<std::io::Error>())
+        .or_else(|| source.and_then(|s| s.downcast_ref::<std::io::Error>()));
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
 impl Pool {
@@ -118,9 +157,7 @@ impl Pool {
         let client = Client::open(info.set_redis_settings(settings))
             .map_err(|source| Error::InvalidUrl { source })?;
         let step = (self.connect_timeout / (self.setup_replies + 1)).max(Duration::from_millis(1));
-        client
-            .get_connection_with_timeout(step)
-            .map_err(Error::from_connect)
+        connect_with_timeout(&client, step).map_err(Error::from_connect)
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).
@@ -130,20 +167,18 @@ impl Pool {
         // server that is one full timeout per reply. Shares of the timeout keep the whole
         // connect within it.
         let step = (timeout / self.setup_replies).max(Duration::from_millis(1));
-        self.client
-            .get_connection_with_timeout(step)
-            .map_err(|source| {
-                if source.is_timeout() {
-                    // EAGAIN from a socket timeout would read "Resource temporarily
-                    // unavailable": say what did not happen in time instead.
-                    Error::Timeout {
-                        operation: "connecting to Redis",
-                        after: timeout,
-                    }
-                } else {
-                    Error::from_connect(source)
+        connect_with_timeout(&self.client, step).map_err(|source| {
+            if source.is_timeout() {
+                // EAGAIN from a socket timeout would read "Resource temporarily
+                // unavailable": say what did not happen in time instead.
+                Error::Timeout {
+                    operation: "connecting to Redis",
+                    after: timeout,
                 }
-            })
+            } else {
+                Error::from_connect(source)
+            }
+        })
     }
 
     /// Takes an idle connection, opens a new one if the pool is below its size, or waits for
@@ -290,5 +325,21 @@ impl Drop for PooledConnection<'_> {
                 self.pool.forget_one();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_interrupted_io_error_is_taken_for_one() {
+        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
+        // The downcast follows redis-rs' private representation: this fails if that changes.
+        assert!(is_interrupted(&io(std::io::ErrorKind::Interrupted)));
+        assert!(!is_interrupted(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!is_interrupted(&io(std::io::ErrorKind::WouldBlock)));
+        let other = redis::RedisError::from((redis::ErrorKind::Io, "interrupted, in words only"));
+        assert!(!is_interrupted(&other));
     }
 }

@@ -131,9 +131,7 @@ impl Nodes {
 
     /// A connection of its own, for discovery, with the pool's timeouts.
     fn probe(&self, info: ConnectionInfo) -> Result<Connection> {
-        let conn = self
-            .client(info)?
-            .get_connection_with_timeout(self.connect_timeout)
+        let conn = crate::pool::connect_with_timeout(&self.client(info)?, self.connect_timeout)
             .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(|source| Error::Connect { source })?;

@@ -32,10 +32,7 @@ fn manager_with_lease(cluster: &RedisCluster, lease: Duration) -> LockManager {
 }
 
 fn conn(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .expect("client")
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .expect("connection to a cluster node")
+    support::connect(&format!("redis://127.0.0.1:{port}/")).expect("connection to a cluster node")
 }
 
 /// A name whose slot a master other than `not_on` serves (to spread locks over masters).
@@ -253,9 +250,7 @@ fn redisson_and_this_crate_wake_each_other_through_spublish() {
     );
 
     // The reverse: a sharded subscriber on the slot's master hears this crate's unlock.
-    let mut listener = redis::Client::open(format!("redis://127.0.0.1:{master}/?protocol=resp3"))
-        .expect("client")
-        .get_connection_with_timeout(Duration::from_secs(5))
+    let mut listener = support::connect(&format!("redis://127.0.0.1:{master}/?protocol=resp3"))
         .expect("RESP3 connection");
     listener
         .set_read_timeout(Some(Duration::from_secs(5)))

@@ -28,10 +28,7 @@ fn exists(port: u16, key: &str) -> bool {
 }
 
 fn conn(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .expect("client")
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .expect("connection")
+    support::connect(&format!("redis://127.0.0.1:{port}/")).expect("connection")
 }
 
 #[test]
@@ -290,12 +287,10 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
     };
     let manager = LockManager::new(&url(password)).expect("manager with the master's password");
     let guard = manager.lock("behind-a-password").expect("lock");
-    let mut master = redis::Client::open(format!(
+    let mut master = support::connect(&format!(
         "redis://:{password}@127.0.0.1:{}/",
         sentinel.master_port()
     ))
-    .expect("client")
-    .get_connection_with_timeout(Duration::from_secs(5))
     .expect("connection with the password");
     let there: bool = redis::cmd("EXISTS")
         .arg("behind-a-password")

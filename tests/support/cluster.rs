@@ -20,9 +20,7 @@ pub struct RedisCluster {
 }
 
 fn conn(port: u16) -> redis::Connection {
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .expect("client")
-        .get_connection_with_timeout(Duration::from_secs(5))
+    let conn = super::connect(&format!("redis://127.0.0.1:{port}/"))
         .expect("connection to a cluster node");
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");

@@ -18,6 +18,24 @@ use std::time::{Duration, Instant};
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Opens a plain redis-rs connection to `url` (5 s to connect), again when its setup was
+/// interrupted: Linux fails a read with a timeout with EINTR when the process is stopped and
+/// continued meanwhile (a frozen CI container), which says nothing about the server.
+pub fn connect(url: &str) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(url)?;
+    let mut retries = 0;
+    loop {
+        match client.get_connection_with_timeout(Duration::from_secs(5)) {
+            Err(err)
+                if retries < 3 && err.is_io_error() && err.to_string().contains("os error 4") =>
+            {
+                retries += 1
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A `redis-server` child process in its own temporary directory, killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
@@ -82,10 +100,7 @@ impl RedisServer {
 
     /// A plain redis-rs connection to the server, for looking at what the crate wrote.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .expect("client")
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("connection to the test server")
+        connect(&self.url()).expect("connection to the test server")
     }
 
     /// Kills the server (SIGKILL): every lock it held is gone.
