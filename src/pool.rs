@@ -77,7 +77,7 @@ pub(crate) fn connect_with_timeout(client: &Client, timeout: Duration) -> RedisR
 }
 
 /// Whether `err` is an I/O error of kind `Interrupted` (EINTR).
-fn is_interrupted(err: &redis::RedisError) -> bool {
+pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
     use std::error::Error as _;
     if !err.is_io_error() {
         return false;

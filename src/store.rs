@@ -672,13 +672,19 @@ impl LockStore {
         self.counters.sent(commands + u64::from(asking));
         let mut result = self.call(&mut conn, commands, deadline, asking, op);
         if let Err(err) = &result {
-            if conn.reused && is_dead_connection(err) {
+            // Interrupted: the process was stopped and continued while it waited for the
+            // reply (see `pool::connect_with_timeout`); the server is fine, and the command
+            // may have run, like one on a connection that died.
+            let interrupted = crate::pool::is_interrupted(err);
+            if (conn.reused && is_dead_connection(err)) || interrupted {
                 conn.discard();
                 if !may_repeat(operation) {
                     // The server may have run it before the connection died (a CLIENT KILL
                     // in the same pass): sent again, it would count twice. The caller is
                     // told; the next call gets a new connection.
-                    pool.drop_idle();
+                    if !interrupted {
+                        pool.drop_idle();
+                    }
                     return Err(Failed::Redis(result.err().expect("an error")));
                 }
                 if Instant::now() >= deadline {
@@ -688,9 +694,13 @@ impl LockStore {
                         after: Duration::ZERO,
                     }));
                 }
-                log::debug!(
-                    "{operation}: pooled connection was dead ({err}); retrying on a new one"
-                );
+                if interrupted {
+                    log::debug!("{operation}: waiting for the reply was interrupted; sending it again on a new connection");
+                } else {
+                    log::debug!(
+                        "{operation}: pooled connection was dead ({err}); retrying on a new one"
+                    );
+                }
                 conn = pool.get_fresh_by(deadline).map_err(Failed::Other)?;
                 self.counters.reconnect();
                 self.counters.sent(commands + u64::from(asking));

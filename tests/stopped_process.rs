@@ -1,16 +1,17 @@
 //! A process stopped and continued (Ctrl-Z and `fg`, a debugger, a frozen container) while
-//! it connects: Linux fails the pending read of a socket with a timeout with EINTR then, with
-//! no signal handler installed (signal(7)). Nothing is wrong with Redis, so the connect is
-//! made again instead of failing the caller.
+//! it waits for Redis: Linux fails the pending read of a socket with a timeout with EINTR
+//! then, with no signal handler installed (signal(7)). Nothing is wrong with Redis, so a
+//! connect is made again, and a command that may be repeated is sent again, instead of
+//! failing the caller.
 //!
-//! This binary stops itself, so it holds this one test only.
+//! These tests stop their own process: they take turns, and nothing else runs in this binary.
 
 mod support;
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
-use redis_lock::LockManager;
+use redis_lock::{LockManager, Result};
 use support::RedisServer;
 
 struct Recorder(Mutex<Vec<String>>);
@@ -28,6 +29,31 @@ impl log::Log for Recorder {
 }
 
 static RECORDER: Recorder = Recorder(Mutex::new(Vec::new()));
+static LOGGER: Once = Once::new();
+/// Stopping the process stops every test's threads: one test at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    LOGGER.call_once(|| {
+        log::set_logger(&RECORDER).expect("the only logger of this test binary");
+        log::set_max_level(log::LevelFilter::Debug);
+    });
+    let turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    RECORDER.0.lock().unwrap().clear();
+    turn
+}
+
+fn logged() -> Vec<String> {
+    RECORDER.0.lock().unwrap().clone()
+}
+
+/// The id of the calling thread, as `/proc/self/task` lists it.
+fn thread_id() -> String {
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    me.file_name().expect("tid").to_string_lossy().into_owned()
+}
 
 /// The scheduler state of thread `tid` of this process (`R`, `S`, `T`, ...).
 fn thread_state(tid: &str) -> char {
@@ -37,10 +63,46 @@ fn thread_state(tid: &str) -> char {
     after.trim_start().chars().next().expect("state")
 }
 
+/// Waits until thread `tid` has been asleep for a while: with the server frozen, it is then
+/// blocked in its read (a lock or an allocation never sleeps 100 ms here).
+fn await_blocked(tid: &str) {
+    let started = Instant::now();
+    let mut asleep_since: Option<Instant> = None;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "thread {tid} never blocked in its read"
+        );
+        match (thread_state(tid), asleep_since) {
+            ('S', None) => asleep_since = Some(Instant::now()),
+            ('S', Some(since)) if since.elapsed() > Duration::from_millis(100) => return,
+            ('S', Some(_)) => {}
+            _ => asleep_since = None,
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Stops this whole process and continues it, as a shell's Ctrl-Z and `fg` would.
+fn stop_and_continue_this_process() {
+    let pid = std::process::id().to_string();
+    let status = std::process::Command::new("sh")
+        .args(["-c", "kill -STOP $1; sleep 0.3; kill -CONT $1", "sh", &pid])
+        .status()
+        .expect("run sh");
+    assert!(status.success(), "stopping and continuing the test process");
+}
+
+fn patient_manager(url: &str) -> Result<LockManager> {
+    LockManager::builder(url)
+        .connect_timeout(Duration::from_secs(60))
+        .response_timeout(Duration::from_secs(60))
+        .build()
+}
+
 #[test]
 fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
-    log::set_logger(&RECORDER).expect("the only logger of this test binary");
-    log::set_max_level(log::LevelFilter::Debug);
+    let _turn = one_at_a_time();
     let server = RedisServer::start();
     // A frozen server accepts the TCP connection (the kernel does) but answers nothing: the
     // builder's first connect waits in its setup read (the SELECT of database 1) until the
@@ -49,47 +111,17 @@ fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
     let url = format!("{}1", server.url());
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let building = std::thread::spawn(move || {
-        let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-        let tid = me.file_name().expect("tid").to_string_lossy().into_owned();
-        tid_tx.send(tid).expect("send tid");
-        let manager = LockManager::builder(&url)
-            .connect_timeout(Duration::from_secs(60))
-            .response_timeout(Duration::from_secs(60))
-            .build()?;
+        tid_tx.send(thread_id()).expect("send tid");
+        let manager = patient_manager(&url)?;
         let guard = manager.lock("after-a-stop")?;
         guard.unlock()
     });
-    let tid = tid_rx.recv().expect("the building thread's id");
-
-    // The builder sleeps in its read for as long as the server is frozen: wait until it has
-    // slept for a while (a lock or an allocation never sleeps 100 ms here).
-    let started = Instant::now();
-    let mut asleep_since: Option<Instant> = None;
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the building thread never blocked in its read"
-        );
-        match (thread_state(&tid), asleep_since) {
-            ('S', None) => asleep_since = Some(Instant::now()),
-            ('S', Some(since)) if since.elapsed() > Duration::from_millis(100) => break,
-            ('S', Some(_)) => {}
-            _ => asleep_since = None,
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-
-    // Stop this whole process and continue it, as a shell's Ctrl-Z and `fg` would.
-    let pid = std::process::id().to_string();
-    let status = std::process::Command::new("sh")
-        .args(["-c", "kill -STOP $1; sleep 0.3; kill -CONT $1", "sh", &pid])
-        .status()
-        .expect("run sh");
-    assert!(status.success(), "stopping and continuing the test process");
+    await_blocked(&tid_rx.recv().expect("the building thread's id"));
+    stop_and_continue_this_process();
     server.thaw();
 
     let built = building.join().expect("the building thread");
-    let logged = RECORDER.0.lock().unwrap().clone();
+    let logged = logged();
     assert!(
         built.is_ok(),
         "the connect failed after the stop: {built:?}; logged: {logged:?}"
@@ -100,4 +132,66 @@ fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
             .any(|l| l.contains("connecting to Redis was interrupted")),
         "the stop did not interrupt the connect, so this run proved nothing; logged: {logged:?}"
     );
+}
+
+#[test]
+fn an_acquire_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and_counted_once(
+) -> Result<()> {
+    let _turn = one_at_a_time();
+    let server = RedisServer::start();
+    let manager = patient_manager(&server.url())?;
+    let name = "interrupted-acquire";
+    // Warm up: the scripts are loaded and the pooled connection is idle, so the acquire
+    // below goes out on it at once.
+    manager.lock(name)?.unlock()?;
+
+    server.freeze();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (unlock_tx, unlock_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let locking = {
+        let manager = manager.clone();
+        std::thread::spawn(move || -> Result<()> {
+            tid_tx.send(thread_id()).expect("send tid");
+            let guard = manager.lock(name)?;
+            held_tx.send(()).expect("test alive");
+            unlock_rx.recv().expect("test alive");
+            guard.unlock()
+        })
+    };
+    await_blocked(&tid_rx.recv().expect("the locking thread's id"));
+    stop_and_continue_this_process();
+    server.thaw();
+
+    let held = held_rx.recv_timeout(Duration::from_secs(30));
+    if held.is_err() {
+        let outcome = locking.join().expect("the locking thread");
+        panic!(
+            "the acquire failed after the stop: {outcome:?}; logged: {:?}",
+            logged()
+        );
+    }
+    let logged = logged();
+    assert!(
+        logged
+            .iter()
+            .any(|l| l.contains("waiting for the reply was interrupted")),
+        "the stop did not interrupt the acquire, so this run proved nothing; logged: {logged:?}"
+    );
+    // The first send (still in the frozen server's buffer when the connection was dropped)
+    // and the repeat both reached the server; the attempt id makes them one hold.
+    let mut conn = server.conn();
+    let counts: Vec<i64> = redis::cmd("HVALS")
+        .arg(name)
+        .query(&mut conn)
+        .expect("HVALS");
+    assert_eq!(counts, vec![1], "one hold, counted once");
+    unlock_tx.send(()).expect("locking thread alive");
+    locking.join().expect("the locking thread")?;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(name)
+        .query(&mut conn)
+        .expect("EXISTS");
+    assert!(!exists, "one unlock freed the lock");
+    Ok(())
 }
