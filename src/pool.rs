@@ -56,18 +56,30 @@ pub(crate) struct PooledConnection<'a> {
 /// How many times a connect interrupted by the process being stopped is tried again.
 const INTERRUPTED_CONNECT_RETRIES: u32 = 3;
 
-/// Opens a connection as redis-rs does, again when the setup was interrupted (EINTR).
+/// Opens a connection by `deadline`, again when the setup was interrupted (EINTR). redis-rs
+/// applies its timeout to the handshake and to each setup reply in turn: each gets one of
+/// `shares` of the time left.
 ///
 /// Linux fails a read on a socket with a timeout with EINTR when the process is stopped and
 /// continued while the read waits, even with no signal handler (signal(7)): Ctrl-Z and `fg`,
-/// a debugger, a frozen container. Nothing is wrong with the server then, and a connect (a
-/// handshake, AUTH or HELLO, SELECT) may be done again. Commands on an open connection are
-/// not repeated here: an interrupted reply is a lost reply, handled where it is read.
-pub(crate) fn connect_with_timeout(client: &Client, timeout: Duration) -> RedisResult<Connection> {
+/// a debugger, a frozen container; a handled signal does it too. Nothing is wrong with the
+/// server then, and a connect (a handshake, AUTH or HELLO, SELECT) may be done again.
+/// Commands on an open connection are not repeated here (see `LockStore::run_on`).
+pub(crate) fn connect_by(
+    client: &Client,
+    shares: u32,
+    deadline: Instant,
+) -> RedisResult<Connection> {
     let mut retries = 0;
     loop {
-        match client.get_connection_with_timeout(timeout) {
-            Err(err) if retries < INTERRUPTED_CONNECT_RETRIES && is_interrupted(&err) => {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let step = (left / shares.max(1)).max(Duration::from_millis(1));
+        match client.get_connection_with_timeout(step) {
+            Err(err)
+                if retries < INTERRUPTED_CONNECT_RETRIES
+                    && is_interrupted(&err)
+                    && Instant::now() < deadline =>
+            {
                 retries += 1;
                 log::debug!("connecting to Redis was interrupted ({err}); connecting again");
             }
@@ -156,8 +168,8 @@ impl Pool {
             .set_protocol(redis::ProtocolVersion::RESP3);
         let client = Client::open(info.set_redis_settings(settings))
             .map_err(|source| Error::InvalidUrl { source })?;
-        let step = (self.connect_timeout / (self.setup_replies + 1)).max(Duration::from_millis(1));
-        connect_with_timeout(&client, step).map_err(Error::from_connect)
+        let deadline = Instant::now() + self.connect_timeout;
+        connect_by(&client, self.setup_replies + 1, deadline).map_err(Error::from_connect)
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).
@@ -166,8 +178,7 @@ impl Pool {
         // (AUTH or HELLO, SELECT), reading every one even after one timed out: on a paused
         // server that is one full timeout per reply. Shares of the timeout keep the whole
         // connect within it.
-        let step = (timeout / self.setup_replies).max(Duration::from_millis(1));
-        connect_with_timeout(&self.client, step).map_err(|source| {
+        connect_by(&self.client, self.setup_replies, Instant::now() + timeout).map_err(|source| {
             if source.is_timeout() {
                 // EAGAIN from a socket timeout would read "Resource temporarily
                 // unavailable": say what did not happen in time instead.
@@ -228,10 +239,17 @@ impl Pool {
     }
 
     /// Opens a fresh connection outside the idle list, by `deadline`, for a retry after a
-    /// reused connection turned out dead. It counts against the pool like any other.
+    /// reused connection turned out dead: the idle ones are closed first (see `drop_idle`).
     pub(crate) fn get_fresh_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
         self.origin.check()?;
         self.drop_idle();
+        self.get_new_by(deadline)
+    }
+
+    /// Opens a new connection outside the idle list, by `deadline`, for a retry. It counts
+    /// against the pool like any other.
+    pub(crate) fn get_new_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
+        self.origin.check()?;
         self.state.lock().open += 1;
         self.open_counted(deadline)
     }

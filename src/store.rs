@@ -573,8 +573,9 @@ impl LockStore {
     /// named), after READONLY or CLUSTERDOWN or a refused connection during a failover (on
     /// the master found again), and on a fresh connection when a pooled one turned out dead
     /// (where it may have run after all: see `may_repeat`; an acquire's attempt id makes the
-    /// second send take nothing more). A timeout is never retried, since the command may
-    /// still run on the server.
+    /// second send take nothing more). Besides, an idempotent `op` is sent again when the wait
+    /// for its reply was interrupted (`is_idempotent`). A timeout is never retried, since the
+    /// command may still run on the server.
     pub(crate) fn run_within<T>(
         &self,
         operation: &'static str,
@@ -649,7 +650,8 @@ impl LockStore {
     }
 
     /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
-    /// `asking`), retrying once on a fresh connection when a reused one turned out dead; then,
+    /// `asking`), retrying once on a fresh connection when a reused one turned out dead or the
+    /// wait for the reply was interrupted (the process stopped and continued); then,
     /// for acquires and releases with replica sync on, waits for the replicas.
     fn run_on<T, F: Fn(&mut Connection) -> RedisResult<T>>(
         &self,
@@ -678,17 +680,23 @@ impl LockStore {
             let interrupted = crate::pool::is_interrupted(err);
             if (conn.reused && is_dead_connection(err)) || interrupted {
                 conn.discard();
-                if !may_repeat(operation) {
-                    // The server may have run it before the connection died (a CLIENT KILL
-                    // in the same pass): sent again, it would count twice. The caller is
-                    // told; the next call gets a new connection.
+                let repeat = if interrupted {
+                    is_idempotent(operation)
+                } else {
+                    may_repeat(operation)
+                };
+                if !repeat {
+                    // The server may have run it (before the connection died, in a CLIENT
+                    // KILL's pass; almost surely, when the wait was interrupted): sent again,
+                    // it would count twice. The caller is told; after a dead connection the
+                    // next call gets a new one.
                     if !interrupted {
                         pool.drop_idle();
                     }
                     return Err(Failed::Redis(result.err().expect("an error")));
                 }
                 if Instant::now() >= deadline {
-                    // Nothing ran (the connection was dead) and no time is left to try again.
+                    // No time is left to send it again (and wait for the reply).
                     return Err(Failed::Other(Error::Timeout {
                         operation,
                         after: Duration::ZERO,
@@ -701,7 +709,21 @@ impl LockStore {
                         "{operation}: pooled connection was dead ({err}); retrying on a new one"
                     );
                 }
-                conn = pool.get_fresh_by(deadline).map_err(Failed::Other)?;
+                conn = if interrupted {
+                    // The other idle connections were not waiting: they are fine.
+                    pool.get_new_by(deadline)
+                } else {
+                    pool.get_fresh_by(deadline)
+                }
+                .map_err(Failed::Other)?;
+                if Instant::now() >= deadline {
+                    // Connecting took the time left: a command sent now could only run with
+                    // its reply given up on.
+                    return Err(Failed::Other(Error::Timeout {
+                        operation,
+                        after: Duration::ZERO,
+                    }));
+                }
                 self.counters.reconnect();
                 self.counters.sent(commands + u64::from(asking));
                 result = self.call(&mut conn, commands, deadline, asking, op);
@@ -960,6 +982,29 @@ fn may_repeat(operation: &str) -> bool {
     !matches!(
         operation,
         "semaphore release" | "count-down latch count_down"
+    )
+}
+
+/// Whether a command that has almost surely run may be sent again: one whose second run
+/// changes nothing (reads, publishing a wake-up, leaving a queue) or answers as the first did
+/// (an acquire, by its attempt id; a release, by its latch). Not a force unlock (it would
+/// delete the lock of whoever took it in between) nor the setting of a count, whose repeat
+/// answers "already set" or sets it again after others changed it.
+fn is_idempotent(operation: &str) -> bool {
+    matches!(
+        operation,
+        "acquire"
+            | "release"
+            | "semaphore acquire"
+            | "leave the queue"
+            | "publish"
+            | "loading the lock scripts"
+            | "is_locked"
+            | "hold_count"
+            | "is_held_by_current_thread"
+            | "remaining_ttl"
+            | "semaphore available_permits"
+            | "count-down latch count"
     )
 }
 

@@ -131,7 +131,8 @@ impl Nodes {
 
     /// A connection of its own, for discovery, with the pool's timeouts.
     fn probe(&self, info: ConnectionInfo) -> Result<Connection> {
-        let conn = crate::pool::connect_with_timeout(&self.client(info)?, self.connect_timeout)
+        let deadline = Instant::now() + self.connect_timeout;
+        let conn = crate::pool::connect_by(&self.client(info)?, 1, deadline)
             .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(|source| Error::Connect { source })?;

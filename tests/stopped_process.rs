@@ -93,6 +93,29 @@ fn stop_and_continue_this_process() {
     assert!(status.success(), "stopping and continuing the test process");
 }
 
+/// Runs `op` on a thread of its own while `server` is frozen, stops and continues this process
+/// while `op` waits for its reply, thaws the server, and returns what `op` returned.
+fn through_a_stop<T: Send + 'static>(
+    server: &RedisServer,
+    op: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    server.freeze();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let running = std::thread::spawn(move || {
+        tid_tx.send(thread_id()).expect("send tid");
+        op()
+    });
+    await_blocked(&tid_rx.recv().expect("the thread's id"));
+    stop_and_continue_this_process();
+    server.thaw();
+    running.join().expect("the thread")
+}
+
+/// Whether a log line contains `text`.
+fn was_logged(text: &str) -> bool {
+    logged().iter().any(|line| line.contains(text))
+}
+
 fn patient_manager(url: &str) -> Result<LockManager> {
     LockManager::builder(url)
         .connect_timeout(Duration::from_secs(60))
@@ -107,31 +130,112 @@ fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
     // A frozen server accepts the TCP connection (the kernel does) but answers nothing: the
     // builder's first connect waits in its setup read (the SELECT of database 1) until the
     // server is thawed.
-    server.freeze();
     let url = format!("{}1", server.url());
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    let building = std::thread::spawn(move || {
-        tid_tx.send(thread_id()).expect("send tid");
+    let built = through_a_stop(&server, move || -> Result<()> {
         let manager = patient_manager(&url)?;
         let guard = manager.lock("after-a-stop")?;
         guard.unlock()
     });
-    await_blocked(&tid_rx.recv().expect("the building thread's id"));
-    stop_and_continue_this_process();
-    server.thaw();
-
-    let built = building.join().expect("the building thread");
-    let logged = logged();
     assert!(
         built.is_ok(),
-        "the connect failed after the stop: {built:?}; logged: {logged:?}"
+        "the connect failed after the stop: {built:?}; logged: {:?}",
+        logged()
     );
     assert!(
-        logged
-            .iter()
-            .any(|l| l.contains("connecting to Redis was interrupted")),
-        "the stop did not interrupt the connect, so this run proved nothing; logged: {logged:?}"
+        was_logged("connecting to Redis was interrupted"),
+        "the stop did not interrupt the connect, so this run proved nothing; logged: {:?}",
+        logged()
     );
+}
+
+#[test]
+fn a_release_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and_counted_once(
+) -> Result<()> {
+    let _turn = one_at_a_time();
+    let server = RedisServer::start();
+    let manager = patient_manager(&server.url())?;
+    let name = "interrupted-release";
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (unlock_tx, unlock_rx) = std::sync::mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let locking = {
+        let manager = manager.clone();
+        std::thread::spawn(move || -> Result<()> {
+            // Held twice: a release run twice would free the lock where once leaves it held.
+            let outer = manager.lock(name)?;
+            let inner = manager.lock(name)?;
+            tid_tx.send(thread_id()).expect("send tid");
+            locked_tx.send(()).expect("test alive");
+            unlock_rx.recv().expect("test alive");
+            inner.unlock()?;
+            locked_tx.send(()).expect("test alive");
+            unlock_rx.recv().expect("test alive");
+            outer.unlock()
+        })
+    };
+    let tid = tid_rx.recv().expect("the locking thread's id");
+    locked_rx.recv().expect("locked twice");
+    server.freeze();
+    unlock_tx.send(()).expect("locking thread alive");
+    await_blocked(&tid);
+    stop_and_continue_this_process();
+    server.thaw();
+    let released = locked_rx.recv_timeout(Duration::from_secs(30));
+    if released.is_err() {
+        let outcome = locking.join().expect("the locking thread");
+        panic!(
+            "the release failed after the stop: {outcome:?}; logged: {:?}",
+            logged()
+        );
+    }
+    assert!(
+        was_logged("waiting for the reply was interrupted"),
+        "the stop did not interrupt the release, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    let mut conn = server.conn();
+    let counts: Vec<i64> = redis::cmd("HVALS")
+        .arg(name)
+        .query(&mut conn)
+        .expect("HVALS");
+    assert_eq!(counts, vec![1], "one of the two holds released, once");
+    unlock_tx.send(()).expect("locking thread alive");
+    locking.join().expect("the locking thread")?;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(name)
+        .query(&mut conn)
+        .expect("EXISTS");
+    assert!(!exists, "the second unlock freed the lock");
+    Ok(())
+}
+
+/// A force unlock sent again could delete the lock of whoever took it in between: when its
+/// reply was interrupted the caller is told, as after any lost reply.
+#[test]
+fn a_force_unlock_interrupted_by_a_stop_and_continue_is_not_sent_again() -> Result<()> {
+    let _turn = one_at_a_time();
+    let server = RedisServer::start();
+    let manager = patient_manager(&server.url())?;
+    let other = patient_manager(&server.url())?;
+    let name = "interrupted-force-unlock";
+    let held = other.lock(name)?;
+    // Warm up the pool: the force unlock goes out at once on the idle connection.
+    assert!(manager.get_lock(name).is_locked()?);
+    let forced = {
+        let manager = manager.clone();
+        through_a_stop(&server, move || manager.get_lock(name).force_unlock())
+    };
+    let err = forced.expect_err("an interrupted force unlock is an error");
+    assert!(err.is_connection_error(), "{err:?}");
+    assert!(
+        !was_logged("waiting for the reply was interrupted; sending it again"),
+        "sent again: {:?}",
+        logged()
+    );
+    // It ran once, on the server, after the thaw.
+    assert!(!manager.get_lock(name).is_locked()?);
+    assert!(held.unlock().is_err(), "the old holder's lock was forced");
+    Ok(())
 }
 
 #[test]
