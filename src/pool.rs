@@ -56,9 +56,10 @@ pub(crate) struct PooledConnection<'a> {
 /// How many times a connect interrupted by the process being stopped is tried again.
 const INTERRUPTED_CONNECT_RETRIES: u32 = 3;
 
-/// Opens a connection by `deadline`, again when the setup was interrupted (EINTR). redis-rs
-/// applies its timeout to the handshake and to each setup reply in turn: each gets one of
-/// `shares` of the time left.
+/// Opens a connection, again when the setup was interrupted (EINTR), and tries no more once
+/// `deadline` has passed. redis-rs applies its timeout to the handshake and to each setup
+/// reply in turn: each gets one of `shares` of the time left, so with `shares` at least their
+/// number the connect ends by `deadline` (the topology's probe passes 1 and may take longer).
 ///
 /// Linux fails a read on a socket with a timeout with EINTR when the process is stopped and
 /// continued while the read waits, even with no signal handler (signal(7)): Ctrl-Z and `fg`,
@@ -238,22 +239,6 @@ impl Pool {
         }))
     }
 
-    /// Opens a fresh connection outside the idle list, by `deadline`, for a retry after a
-    /// reused connection turned out dead: the idle ones are closed first (see `drop_idle`).
-    pub(crate) fn get_fresh_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
-        self.origin.check()?;
-        self.drop_idle();
-        self.get_new_by(deadline)
-    }
-
-    /// Opens a new connection outside the idle list, by `deadline`, for a retry. It counts
-    /// against the pool like any other.
-    pub(crate) fn get_new_by(&self, deadline: Instant) -> Result<PooledConnection<'_>> {
-        self.origin.check()?;
-        self.state.lock().open += 1;
-        self.open_counted(deadline)
-    }
-
     /// Closes every idle connection: when one turned out dead (a server restart), its
     /// siblings almost certainly are too, and each would otherwise cost a failed round trip.
     pub(crate) fn drop_idle(&self) {
@@ -311,13 +296,27 @@ impl Pool {
     }
 }
 
-impl PooledConnection<'_> {
+impl<'a> PooledConnection<'a> {
     /// Closes the connection instead of returning it: after an I/O error or a timeout a late
     /// reply may still be on its way, and the next user would read it as its own.
     pub(crate) fn discard(mut self) {
         if self.conn.take().is_some() {
             self.pool.forget_one();
         }
+    }
+
+    /// Closes the connection and opens a new one in its place, by `deadline`, for a retry
+    /// (see `discard` for why it is not reused). The place stays counted meanwhile: freed, it
+    /// could be taken by a waiting thread, and the pool would grow past its size.
+    pub(crate) fn reconnect(mut self, deadline: Instant) -> Result<PooledConnection<'a>> {
+        let pool = self.pool;
+        // Closed here; its place in `open` passes to the new one (or is forgotten below).
+        self.conn = None;
+        if let Err(err) = pool.origin.check() {
+            pool.forget_one();
+            return Err(err);
+        }
+        pool.open_counted(deadline)
     }
 }
 

@@ -3,10 +3,11 @@
 //! This is the one seam between the lock logic and the deployment. Each command is routed by
 //! its lock's name to the master that serves it ([`Topology`]: one server, the master Sentinel
 //! names, or the slot's master in a cluster), follows MOVED and ASK redirections, and finds
-//! the master again after a failover; a command is sent again only where it did not run, or
-//! where running it twice changes nothing (an acquire carries its attempt id, a release its
-//! latch); a timeout never is. With replica sync on, acquires and
-//! releases wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
+//! the master again after a failover; a command is sent again where it did not run, where
+//! running it twice changes nothing (an acquire carries its attempt id, a release its latch),
+//! and after a pooled connection died, where it most likely did not run (docs/DESIGN.md,
+//! "Never twice blindly"); a timeout never is. With replica sync on, acquires and releases
+//! wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -675,11 +676,10 @@ impl LockStore {
         let mut result = self.call(&mut conn, commands, deadline, asking, op);
         if let Err(err) = &result {
             // Interrupted: the process was stopped and continued while it waited for the
-            // reply (see `pool::connect_with_timeout`); the server is fine, and the command
-            // may have run, like one on a connection that died.
+            // reply (see `pool::connect_by`); the server is fine, and the command has almost
+            // surely run.
             let interrupted = crate::pool::is_interrupted(err);
             if (conn.reused && is_dead_connection(err)) || interrupted {
-                conn.discard();
                 let repeat = if interrupted {
                     is_idempotent(operation)
                 } else {
@@ -690,12 +690,14 @@ impl LockStore {
                     // KILL's pass; almost surely, when the wait was interrupted): sent again,
                     // it would count twice. The caller is told; after a dead connection the
                     // next call gets a new one.
+                    conn.discard();
                     if !interrupted {
                         pool.drop_idle();
                     }
                     return Err(Failed::Redis(result.err().expect("an error")));
                 }
                 if Instant::now() >= deadline {
+                    conn.discard();
                     // No time is left to send it again (and wait for the reply).
                     return Err(Failed::Other(Error::Timeout {
                         operation,
@@ -709,13 +711,12 @@ impl LockStore {
                         "{operation}: pooled connection was dead ({err}); retrying on a new one"
                     );
                 }
-                conn = if interrupted {
-                    // The other idle connections were not waiting: they are fine.
-                    pool.get_new_by(deadline)
-                } else {
-                    pool.get_fresh_by(deadline)
+                if !interrupted {
+                    // Its idle siblings are most likely dead too (a restart). After an
+                    // interrupt they are fine: none of them was waiting.
+                    pool.drop_idle();
                 }
-                .map_err(Failed::Other)?;
+                conn = conn.reconnect(deadline).map_err(Failed::Other)?;
                 if Instant::now() >= deadline {
                     // Connecting took the time left: a command sent now could only run with
                     // its reply given up on.

@@ -299,3 +299,60 @@ fn an_acquire_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_an
     assert!(!exists, "one unlock freed the lock");
     Ok(())
 }
+
+/// The resend after an interrupt takes the place of the interrupted connection: a thread
+/// waiting for a connection meanwhile must not get that place too, or the pool would grow
+/// past its size and stay there.
+#[test]
+fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
+    let _turn = one_at_a_time();
+    let server = RedisServer::start();
+    let manager = LockManager::builder(&server.url())
+        .pool_size(1)
+        .connect_timeout(Duration::from_secs(60))
+        .response_timeout(Duration::from_secs(60))
+        .build()?;
+    manager.lock("pool:warm-up")?.unlock()?;
+    let mut conn = server.conn();
+    let clients = |conn: &mut redis::Connection| -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(conn)
+            .expect("CLIENT LIST");
+        list.lines().count()
+    };
+    // The listener, the pool's one connection, and this one.
+    assert_eq!(clients(&mut conn), 3);
+
+    server.freeze();
+    let spawn_locker = |name: &'static str| {
+        let manager = manager.clone();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || -> Result<()> {
+            tid_tx.send(thread_id()).expect("send tid");
+            manager.lock(name)?.unlock()
+        });
+        (thread, tid_rx.recv().expect("the thread's id"))
+    };
+    // One thread waits for its acquire's reply, the other for the pool's only connection.
+    let (first, first_tid) = spawn_locker("pool:first");
+    await_blocked(&first_tid);
+    let (second, second_tid) = spawn_locker("pool:second");
+    await_blocked(&second_tid);
+    stop_and_continue_this_process();
+    server.thaw();
+    first.join().expect("first thread")?;
+    second.join().expect("second thread")?;
+    assert!(
+        was_logged("waiting for the reply was interrupted"),
+        "the stop did not interrupt the acquire, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    // The interrupted connection is closed; the listener reconnected.
+    assert!(
+        support::eventually(Duration::from_secs(10), || clients(&mut conn) == 3),
+        "{} connections: the pool grew past its size",
+        clients(&mut conn)
+    );
+    Ok(())
+}
