@@ -116,6 +116,37 @@ fn was_logged(text: &str) -> bool {
     logged().iter().any(|line| line.contains(text))
 }
 
+/// Fails the test unless a command's reply wait was interrupted and the command sent again:
+/// otherwise the stop came at another moment and the run proved nothing.
+fn assert_sent_again_after_an_interrupt() {
+    assert!(
+        was_logged("waiting for the reply was interrupted"),
+        "the stop did not interrupt the command, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+}
+
+/// Waits for `thread` to say it got past the stop; if it does not, shows how it ended.
+fn await_step(
+    step: &std::sync::mpsc::Receiver<()>,
+    thread: std::thread::JoinHandle<Result<()>>,
+) -> std::thread::JoinHandle<Result<()>> {
+    if step.recv_timeout(Duration::from_secs(30)).is_err() {
+        let outcome = thread.join().expect("the thread");
+        panic!("failed after the stop: {outcome:?}; logged: {:?}", logged());
+    }
+    thread
+}
+
+/// The hold counts of lock `name` on the server, one per owner.
+fn hold_counts(conn: &mut redis::Connection, name: &str) -> Vec<i64> {
+    redis::cmd("HVALS").arg(name).query(conn).expect("HVALS")
+}
+
+fn exists(conn: &mut redis::Connection, name: &str) -> bool {
+    redis::cmd("EXISTS").arg(name).query(conn).expect("EXISTS")
+}
+
 fn patient_manager(url: &str) -> Result<LockManager> {
     LockManager::builder(url)
         .connect_timeout(Duration::from_secs(60))
@@ -180,32 +211,17 @@ fn a_release_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and
     await_blocked(&tid);
     stop_and_continue_this_process();
     server.thaw();
-    let released = locked_rx.recv_timeout(Duration::from_secs(30));
-    if released.is_err() {
-        let outcome = locking.join().expect("the locking thread");
-        panic!(
-            "the release failed after the stop: {outcome:?}; logged: {:?}",
-            logged()
-        );
-    }
-    assert!(
-        was_logged("waiting for the reply was interrupted"),
-        "the stop did not interrupt the release, so this run proved nothing; logged: {:?}",
-        logged()
-    );
+    let locking = await_step(&locked_rx, locking);
+    assert_sent_again_after_an_interrupt();
     let mut conn = server.conn();
-    let counts: Vec<i64> = redis::cmd("HVALS")
-        .arg(name)
-        .query(&mut conn)
-        .expect("HVALS");
-    assert_eq!(counts, vec![1], "one of the two holds released, once");
+    assert_eq!(
+        hold_counts(&mut conn, name),
+        vec![1],
+        "one of the two holds released, once"
+    );
     unlock_tx.send(()).expect("locking thread alive");
     locking.join().expect("the locking thread")?;
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(name)
-        .query(&mut conn)
-        .expect("EXISTS");
-    assert!(!exists, "the second unlock freed the lock");
+    assert!(!exists(&mut conn, name), "the second unlock freed the lock");
     Ok(())
 }
 
@@ -267,36 +283,19 @@ fn an_acquire_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_an
     stop_and_continue_this_process();
     server.thaw();
 
-    let held = held_rx.recv_timeout(Duration::from_secs(30));
-    if held.is_err() {
-        let outcome = locking.join().expect("the locking thread");
-        panic!(
-            "the acquire failed after the stop: {outcome:?}; logged: {:?}",
-            logged()
-        );
-    }
-    let logged = logged();
-    assert!(
-        logged
-            .iter()
-            .any(|l| l.contains("waiting for the reply was interrupted")),
-        "the stop did not interrupt the acquire, so this run proved nothing; logged: {logged:?}"
-    );
+    let locking = await_step(&held_rx, locking);
+    assert_sent_again_after_an_interrupt();
     // The first send (still in the frozen server's buffer when the connection was dropped)
     // and the repeat both reached the server; the attempt id makes them one hold.
     let mut conn = server.conn();
-    let counts: Vec<i64> = redis::cmd("HVALS")
-        .arg(name)
-        .query(&mut conn)
-        .expect("HVALS");
-    assert_eq!(counts, vec![1], "one hold, counted once");
+    assert_eq!(
+        hold_counts(&mut conn, name),
+        vec![1],
+        "one hold, counted once"
+    );
     unlock_tx.send(()).expect("locking thread alive");
     locking.join().expect("the locking thread")?;
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(name)
-        .query(&mut conn)
-        .expect("EXISTS");
-    assert!(!exists, "one unlock freed the lock");
+    assert!(!exists(&mut conn, name), "one unlock freed the lock");
     Ok(())
 }
 
@@ -321,6 +320,7 @@ fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
             .expect("CLIENT LIST");
         list.lines().count()
     };
+    support::await_listener(&mut conn, &manager);
     // The listener, the pool's one connection, and this one.
     assert_eq!(clients(&mut conn), 3);
 
@@ -343,11 +343,7 @@ fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
     server.thaw();
     first.join().expect("first thread")?;
     second.join().expect("second thread")?;
-    assert!(
-        was_logged("waiting for the reply was interrupted"),
-        "the stop did not interrupt the acquire, so this run proved nothing; logged: {:?}",
-        logged()
-    );
+    assert_sent_again_after_an_interrupt();
     // The interrupted connection is closed; the listener reconnected.
     assert!(
         support::eventually(Duration::from_secs(10), || clients(&mut conn) == 3),
