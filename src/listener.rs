@@ -197,7 +197,16 @@ impl Listener<'_> {
                     checked = false;
                     self.received(value);
                 }
-                Err(err) if err.is_timeout() => {
+                // Interrupted: the process was stopped and continued (see `pool::connect_by`).
+                // Nothing is wrong with the connection, and what the read got so far stays in
+                // redis-rs' parser, as after a timeout: read on.
+                Err(err) if err.is_timeout() || crate::pool::is_interrupted(&err) => {
+                    if !err.is_timeout() {
+                        log::debug!(
+                            "pub/sub listener for {}: the read was interrupted; reading on",
+                            self.addr
+                        );
+                    }
                     let idle = last_traffic.elapsed();
                     if idle >= CHECK_AFTER && !checked {
                         if !is_master(self.shared, self.addr, false) {

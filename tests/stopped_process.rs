@@ -352,3 +352,44 @@ fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
     );
     Ok(())
 }
+
+/// The pub/sub listener, always waiting in a read, is interrupted by every stop: it reads on
+/// over the same connection (nothing was lost, the messages wait in the socket) instead of
+/// reconnecting and making every waiter look again.
+#[test]
+fn the_listener_reads_on_after_a_stop_and_continue_of_the_process() -> Result<()> {
+    let _turn = one_at_a_time();
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let other = LockManager::new(&server.url())?;
+    let name = "listener-after-a-stop";
+    let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
+    let held = other.lock(name)?;
+    let waiter = {
+        let manager = manager.clone();
+        std::thread::spawn(move || -> Result<()> { manager.lock(name)?.unlock() })
+    };
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    assert!(support::await_subscribers(&mut conn, &channel, 1));
+
+    stop_and_continue_this_process();
+    assert!(
+        support::eventually(Duration::from_secs(10), || was_logged(
+            "the read was interrupted; reading on"
+        )),
+        "the stop did not interrupt the listener's read, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    // The waiter is woken through the same subscription.
+    held.unlock()?;
+    waiter.join().expect("the waiter")?;
+    assert!(
+        !was_logged("pub/sub connection"),
+        "a listener reconnected: {:?}",
+        logged()
+    );
+    assert_eq!(manager.stats().reconnects, 0);
+    assert_eq!(other.stats().reconnects, 0);
+    Ok(())
+}
