@@ -397,25 +397,14 @@ impl Listener<'_> {
     /// Counts `channel` as subscribed on this listener's connection (once).
     fn count(&mut self, channel: &str) {
         if self.counted.insert(channel.to_owned()) {
-            *self
-                .shared
-                .subscribed
-                .lock()
-                .entry(channel.to_owned())
-                .or_default() += 1;
+            self.shared.count_listener(channel);
         }
     }
 
     /// Stops counting `channel` as subscribed on this listener's connection.
     fn uncount(&mut self, channel: &str) {
         if self.counted.remove(channel) {
-            let mut subscribed = self.shared.subscribed.lock();
-            if let Some(listeners) = subscribed.get_mut(channel) {
-                *listeners -= 1;
-                if *listeners == 0 {
-                    subscribed.remove(channel);
-                }
-            }
+            self.shared.uncount_listener(channel);
         }
     }
 
@@ -432,9 +421,8 @@ impl Listener<'_> {
         self.mine.clear();
         self.pending.clear();
         self.unsubscribing.clear();
-        let counted: Vec<String> = self.counted.iter().cloned().collect();
-        for channel in counted {
-            self.uncount(&channel);
+        for channel in std::mem::take(&mut self.counted) {
+            self.shared.uncount_listener(&channel);
         }
     }
 

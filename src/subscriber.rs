@@ -131,7 +131,7 @@ pub(crate) struct Shared {
     /// release then hands over locally where it could have yielded, which passes a remote
     /// waiter over once. The other mistake, a yield that nobody takes, would leave the lock
     /// idle and widen the hold-back window for nothing.
-    pub(crate) subscribed: Mutex<HashMap<String, u32>>,
+    subscribed: Mutex<HashMap<String, u32>>,
     /// How many messages the listeners have heard on each subscribed channel (waiters or
     /// not), so that a thread holding back for remote waiters can tell whether one of them
     /// released the lock meanwhile.
@@ -159,6 +159,26 @@ impl Shared {
             self.shutdown_signal.wait_for(&mut down, d);
         }
         *down
+    }
+
+    /// One more listener may be subscribed to `channel` on the server (see `subscribed`).
+    pub(crate) fn count_listener(&self, channel: &str) {
+        *self
+            .subscribed
+            .lock()
+            .entry(channel.to_owned())
+            .or_default() += 1;
+    }
+
+    /// One listener fewer may be subscribed to `channel` on the server.
+    pub(crate) fn uncount_listener(&self, channel: &str) {
+        let mut subscribed = self.subscribed.lock();
+        if let Some(listeners) = subscribed.get_mut(channel) {
+            *listeners -= 1;
+            if *listeners == 0 {
+                subscribed.remove(channel);
+            }
+        }
     }
 
     /// The waiters of `channel`, if any.

@@ -93,6 +93,28 @@ fn stop_and_continue_this_process() {
     assert!(status.success(), "stopping and continuing the test process");
 }
 
+/// Once every thread of `tids` is blocked (on the frozen `server`), stops and continues this
+/// process, then thaws the server.
+fn stop_while_blocked(server: &RedisServer, tids: &[&str]) {
+    for tid in tids {
+        await_blocked(tid);
+    }
+    stop_and_continue_this_process();
+    server.thaw();
+}
+
+/// Runs `op` on a thread of its own, sending that thread's id first; returns the id too.
+fn spawn_with_id<T: Send + 'static>(
+    op: impl FnOnce() -> T + Send + 'static,
+) -> (std::thread::JoinHandle<T>, String) {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        tid_tx.send(thread_id()).expect("send tid");
+        op()
+    });
+    (thread, tid_rx.recv().expect("the thread's id"))
+}
+
 /// Runs `op` on a thread of its own while `server` is frozen, stops and continues this process
 /// while `op` waits for its reply, thaws the server, and returns what `op` returned.
 fn through_a_stop<T: Send + 'static>(
@@ -100,14 +122,8 @@ fn through_a_stop<T: Send + 'static>(
     op: impl FnOnce() -> T + Send + 'static,
 ) -> T {
     server.freeze();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    let running = std::thread::spawn(move || {
-        tid_tx.send(thread_id()).expect("send tid");
-        op()
-    });
-    await_blocked(&tid_rx.recv().expect("the thread's id"));
-    stop_and_continue_this_process();
-    server.thaw();
+    let (running, tid) = spawn_with_id(op);
+    stop_while_blocked(server, &[&tid]);
     running.join().expect("the thread")
 }
 
@@ -147,11 +163,15 @@ fn exists(conn: &mut redis::Connection, name: &str) -> bool {
     redis::cmd("EXISTS").arg(name).query(conn).expect("EXISTS")
 }
 
-fn patient_manager(url: &str) -> Result<LockManager> {
+/// A builder whose timeouts no stop in these tests outlasts.
+fn patient_builder(url: &str) -> redis_lock::LockManagerBuilder {
     LockManager::builder(url)
         .connect_timeout(Duration::from_secs(60))
         .response_timeout(Duration::from_secs(60))
-        .build()
+}
+
+fn patient_manager(url: &str) -> Result<LockManager> {
+    patient_builder(url).build()
 }
 
 #[test]
@@ -188,14 +208,12 @@ fn a_release_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and
     let name = "interrupted-release";
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let (unlock_tx, unlock_rx) = std::sync::mpsc::channel::<()>();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    let locking = {
+    let (locking, tid) = {
         let manager = manager.clone();
-        std::thread::spawn(move || -> Result<()> {
+        spawn_with_id(move || -> Result<()> {
             // Held twice: a release run twice would free the lock where once leaves it held.
             let outer = manager.lock(name)?;
             let inner = manager.lock(name)?;
-            tid_tx.send(thread_id()).expect("send tid");
             locked_tx.send(()).expect("test alive");
             unlock_rx.recv().expect("test alive");
             inner.unlock()?;
@@ -204,13 +222,10 @@ fn a_release_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and
             outer.unlock()
         })
     };
-    let tid = tid_rx.recv().expect("the locking thread's id");
     locked_rx.recv().expect("locked twice");
     server.freeze();
     unlock_tx.send(()).expect("locking thread alive");
-    await_blocked(&tid);
-    stop_and_continue_this_process();
-    server.thaw();
+    stop_while_blocked(&server, &[&tid]);
     let locking = await_step(&locked_rx, locking);
     assert_sent_again_after_an_interrupt();
     let mut conn = server.conn();
@@ -266,22 +281,18 @@ fn an_acquire_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_an
     manager.lock(name)?.unlock()?;
 
     server.freeze();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (unlock_tx, unlock_rx) = std::sync::mpsc::channel::<()>();
     let (held_tx, held_rx) = std::sync::mpsc::channel();
-    let locking = {
+    let (locking, tid) = {
         let manager = manager.clone();
-        std::thread::spawn(move || -> Result<()> {
-            tid_tx.send(thread_id()).expect("send tid");
+        spawn_with_id(move || -> Result<()> {
             let guard = manager.lock(name)?;
             held_tx.send(()).expect("test alive");
             unlock_rx.recv().expect("test alive");
             guard.unlock()
         })
     };
-    await_blocked(&tid_rx.recv().expect("the locking thread's id"));
-    stop_and_continue_this_process();
-    server.thaw();
+    stop_while_blocked(&server, &[&tid]);
 
     let locking = await_step(&held_rx, locking);
     assert_sent_again_after_an_interrupt();
@@ -306,11 +317,7 @@ fn an_acquire_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_an
 fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
     let _turn = one_at_a_time();
     let server = RedisServer::start();
-    let manager = LockManager::builder(&server.url())
-        .pool_size(1)
-        .connect_timeout(Duration::from_secs(60))
-        .response_timeout(Duration::from_secs(60))
-        .build()?;
+    let manager = patient_builder(&server.url()).pool_size(1).build()?;
     manager.lock("pool:warm-up")?.unlock()?;
     let mut conn = server.conn();
     let clients = |conn: &mut redis::Connection| -> usize {
@@ -327,24 +334,17 @@ fn a_resend_after_an_interrupt_keeps_the_pool_within_its_size() -> Result<()> {
     server.freeze();
     let spawn_locker = |name: &'static str| {
         let manager = manager.clone();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || -> Result<()> {
-            tid_tx.send(thread_id()).expect("send tid");
-            manager.lock(name)?.unlock()
-        });
-        (thread, tid_rx.recv().expect("the thread's id"))
+        spawn_with_id(move || -> Result<()> { manager.lock(name)?.unlock() })
     };
     // One thread waits for its acquire's reply, the other for the pool's only connection.
     let (first, first_tid) = spawn_locker("pool:first");
     await_blocked(&first_tid);
     let (second, second_tid) = spawn_locker("pool:second");
-    await_blocked(&second_tid);
-    stop_and_continue_this_process();
-    server.thaw();
+    stop_while_blocked(&server, &[&second_tid]);
     first.join().expect("first thread")?;
     second.join().expect("second thread")?;
     assert_sent_again_after_an_interrupt();
-    // The interrupted connection is closed; the listener reconnected.
+    // The interrupted connection is closed; the resend's took its place.
     assert!(
         support::eventually(Duration::from_secs(10), || clients(&mut conn) == 3),
         "{} connections: the pool grew past its size",
