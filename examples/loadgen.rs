@@ -1259,6 +1259,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let mut raw_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut presend_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut blpop_samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut own_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut pings = Vec::with_capacity(scale.w3_handoffs * 3);
     let mut cold_pings = Vec::with_capacity(scale.w3_handoffs);
     // Ten rounds of each handoff in turn, so that the machine's drift over the run lands on
@@ -1269,6 +1270,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
             raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
             presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
             blpop_samples.extend(blpop_handoff(url, per_round));
+            own_samples.extend(raw_own_subscription_handoff(url, per_round));
         }
         // The floor, measured in the same loop so that both see the same machine.
         for _ in 0..3 {
@@ -1297,12 +1299,14 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
     presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
     blpop_samples.extend(blpop_handoff(url, per_round));
+    own_samples.extend(raw_own_subscription_handoff(url, per_round));
     let handoff = percentiles(&mut samples);
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
     let raw = percentiles(&mut raw_samples);
     let blpop = percentiles(&mut blpop_samples);
     let presend = percentiles(&mut presend_samples);
+    let own = percentiles(&mut own_samples);
     vec![
         row(
             "W3 handoff",
@@ -1352,6 +1356,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         .against(
             micros(blpop.p50),
             presend.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 handoff",
+            "raw pub/sub p50 with the waiter reading its own subscription, against BLPOP's",
+            micros(own.p50),
+        )
+        .against(
+            micros(blpop.p50),
+            own.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
             "",
         ),
         row(
@@ -1662,22 +1676,121 @@ fn raw_pubsub_handoff(url: &str, n: usize, sender: RawSender) -> Vec<Duration> {
             }
         })
     };
+    let samples = time_raw_handoffs(url, key, n, go_tx, &done);
+    stop.store(true, Ordering::Relaxed);
+    waiter.join().expect("raw waiter");
+    listener.join().expect("raw listener");
+    samples
+}
+
+/// The holder's side of a raw handoff, `n` times: take `key` with the raw scripts, tell the
+/// waiter (`go`) to wait, let it settle as long as every W3 waiter, release, and time from the
+/// release being sent (as in [`w3_handoff`]) to the instant the waiter reports on `done`.
+/// Dropping `go` at the end tells the waiter to finish.
+fn time_raw_handoffs(
+    url: &str,
+    key: &str,
+    n: usize,
+    go: std::sync::mpsc::Sender<()>,
+    done: &std::sync::mpsc::Receiver<Instant>,
+) -> Vec<Duration> {
     let mut holder = RawLock::connect(url, key);
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         holder.acquire();
-        go_tx.send(()).unwrap();
-        // The waiter is asleep on the condvar at once; then as long as the other handoffs'.
+        go.send(()).unwrap();
+        // The waiter blocks at once; then it sleeps as long as the other handoffs' waiters.
         settle_w3(|| true);
-        let released = Instant::now(); // from the send, as in w3_handoff
+        let released = Instant::now();
         holder.release();
         let acquired = done.recv().expect("raw waiter");
         samples.push(acquired.saturating_duration_since(released));
     }
-    drop(go_tx);
-    stop.store(true, Ordering::Relaxed);
+    samples
+}
+
+/// The floor of any pub/sub-woken handoff, with no crate code: the waiting thread itself
+/// reads its own subscribed RESP3 connection (RESP3 lets a subscribed connection send other
+/// commands) and, on the unlock message, sends the acquire script on that same connection.
+/// One thread wake-up and one round trip on a connection that just read, as a BLPOP waiter;
+/// but each waiter holds a connection of its own, as with BLPOP. Measured as
+/// [`raw_pubsub_handoff`].
+fn raw_own_subscription_handoff(url: &str, n: usize) -> Vec<Duration> {
+    use redis::IntoConnectionInfo;
+    use std::sync::mpsc;
+    let key = "loadgen:w3:own";
+    let channel = "redisson_lock__channel:{loadgen:w3:own}";
+    let owner = "00000000-0000-0000-0000-000000000000:3";
+    let info = url.into_connection_info().expect("URL");
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let info = info
+        .set_redis_settings(settings)
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    let mut conn = redis::Client::open(info)
+        .and_then(|c| c.get_connection())
+        .expect("RESP3 connection");
+    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    acquire.load(&mut conn).expect("SCRIPT LOAD");
+    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())
+        .expect("SUBSCRIBE");
+    match conn.recv_response().expect("SUBSCRIBE confirmed") {
+        redis::Value::Push { .. } => {}
+        other => panic!("SUBSCRIBE answered {other:?}"),
+    }
+    let (go_tx, go) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel::<Instant>();
+    let waiter = thread::spawn(move || {
+        let mut attempt = 0u64;
+        while go.recv().is_ok() {
+            // Blocked in the read until the unlock message.
+            loop {
+                match conn.recv_response().expect("unlock message") {
+                    redis::Value::Push {
+                        kind: redis::PushKind::Message,
+                        ..
+                    } => break,
+                    _ => continue,
+                }
+            }
+            attempt += 1;
+            let mut call = redis::cmd("EVALSHA");
+            call.arg(acquire.get_hash())
+                .arg(2)
+                .arg(key)
+                .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
+                .arg(30_000)
+                .arg(owner)
+                .arg(attempt)
+                .arg(11_000);
+            conn.send_packed_command(&call.get_packed_command())
+                .expect("send the acquire");
+            let reply = loop {
+                match conn.recv_response().expect("raw acquire") {
+                    redis::Value::Push { .. } => continue,
+                    reply => break reply,
+                }
+            };
+            let acquired = Instant::now();
+            let held_by: Option<i64> = redis::from_redis_value(reply).expect("a PTTL or nil");
+            assert!(held_by.is_none(), "the raw waiter gets the lock");
+            conn.send_packed_command(&redis::cmd("DEL").arg(key).get_packed_command())
+                .expect("DEL");
+            loop {
+                if !matches!(
+                    conn.recv_response().expect("DEL"),
+                    redis::Value::Push { .. }
+                ) {
+                    break;
+                }
+            }
+            done_tx.send(acquired).unwrap();
+        }
+    });
+    let samples = time_raw_handoffs(url, key, n, go_tx, &done);
     waiter.join().expect("raw waiter");
-    listener.join().expect("raw listener");
     samples
 }
 
