@@ -50,7 +50,17 @@ pub(crate) fn check_channel_rights(
         }
     }
 
-    check_subscribe(store, &[&lock_channel, &control_channel], response_timeout)
+    let channels = [lock_channel.as_str(), control_channel.as_str()];
+    match check_subscribe(store, &channels, response_timeout) {
+        // The process was stopped and continued while the probe waited for a reply (EINTR,
+        // see `pool::connect_by`): nothing is known about the rights yet, and the probe's
+        // connection is thrown away either way, so it is made again, once.
+        Err(Error::Redis { source, .. }) if crate::pool::is_interrupted(&source) => {
+            log::debug!("checking the right to subscribe was interrupted ({source}); again");
+            check_subscribe(store, &channels, response_timeout)
+        }
+        checked => checked,
+    }
 }
 
 /// Checks that the user may SUBSCRIBE to each of `channels`, on a connection of its own that

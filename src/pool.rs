@@ -105,6 +105,26 @@ pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
     io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
+/// `cmd` on `conn`, sent once more on the same connection when its reply wait was interrupted
+/// (EINTR, see [`connect_by`]): for reads that are safe to repeat there. These are the reads
+/// that find the deployment (`ROLE`, `CLUSTER SLOTS`, a sentinel's answer, `PING`), which
+/// with a single seed or sentinel have nowhere else to go and would fail `build()`, and replica
+/// sync's `WAIT`, `ROLE` and `INFO`, where `WAIT` counts the acknowledgements of the
+/// connection's last write either time. redis-rs counts the interrupted reply as still owed
+/// and skips it when it comes, so the repeat's reply is the one returned.
+pub(crate) fn query_read<T: redis::FromRedisValue>(
+    conn: &mut Connection,
+    cmd: &redis::Cmd,
+) -> RedisResult<T> {
+    match cmd.query(conn) {
+        Err(err) if is_interrupted(&err) => {
+            log::debug!("waiting for the reply to a read was interrupted ({err}); asking again");
+            cmd.query(conn)
+        }
+        other => other,
+    }
+}
+
 impl Pool {
     pub(crate) fn new(
         client: Client,

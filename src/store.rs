@@ -799,7 +799,7 @@ impl LockStore {
     ) -> std::result::Result<(), Failed> {
         if pool.replicas_older_than(REPLICAS_RECOUNT) {
             self.counters.sent(1);
-            match redis::cmd("ROLE").query::<redis::Value>(&mut **conn) {
+            match crate::pool::query_read::<redis::Value>(conn, &redis::cmd("ROLE")) {
                 Ok(role) => {
                     pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
                 }
@@ -828,10 +828,14 @@ impl LockStore {
         let waited = (|| -> RedisResult<usize> {
             conn.set_read_timeout(Some(read_timeout))?;
             self.counters.sent(1);
-            let acked: usize = redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(timeout.as_millis() as u64)
-                .query(&mut **conn)?;
+            // Asked again on the same connection if interrupted: it counts the acknowledgements
+            // of this connection's last write either time.
+            let acked: usize = crate::pool::query_read(
+                conn,
+                redis::cmd("WAIT")
+                    .arg(replicas)
+                    .arg(timeout.as_millis() as u64),
+            )?;
             if acked > 0 {
                 return Ok(acked);
             }
@@ -1017,7 +1021,7 @@ fn is_replicated_operation(operation: &str) -> bool {
 
 /// `connected_slaves` from `INFO replication`.
 fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
-    let info: String = redis::cmd("INFO").arg("replication").query(conn)?;
+    let info: String = crate::pool::query_read(conn, redis::cmd("INFO").arg("replication"))?;
     Ok(info
         .lines()
         .find_map(|line| line.strip_prefix("connected_slaves:"))

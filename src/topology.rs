@@ -22,7 +22,7 @@ use redis::{
 use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{self, Pool};
 use crate::slot;
 
 /// Refreshes closer together than this reuse the last map: when a whole cluster is down, every
@@ -442,7 +442,7 @@ impl Topology {
                 // Counted once, here (a refresh is never needed for one server); a wrong
                 // address or password fails here too.
                 let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
-                let replicas = match redis::cmd("ROLE").query::<Value>(&mut *conn) {
+                let replicas = match pool::query_read::<Value>(&mut conn, &redis::cmd("ROLE")) {
                     Ok(role) => replicas_of_role(&role).unwrap_or(0),
                     Err(source) if source.is_timeout() => {
                         return Err(self.nodes.first_reply_timeout(&self.nodes.template))
@@ -505,16 +505,14 @@ impl Topology {
         let mut conn = pool
             .get_by(Instant::now() + self.nodes.response_timeout)
             .ok()?;
-        let role: Value = redis::cmd("ROLE").query(&mut *conn).ok()?;
+        let role: Value = pool::query_read(&mut conn, &redis::cmd("ROLE")).ok()?;
         replicas_of_role(&role)
     }
 
     /// `CLUSTER SLOTS` on one node.
     fn ask_cluster(&self, node: ConnectionInfo) -> Result<Vec<SlotRange>> {
         let mut conn = self.nodes.probe(node.clone())?;
-        let reply: Value = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query(&mut conn)
+        let reply: Value = pool::query_read(&mut conn, redis::cmd("CLUSTER").arg("SLOTS"))
             .map_err(|source| {
                 if source.is_timeout() {
                     self.nodes.first_reply_timeout(&node)
@@ -600,7 +598,7 @@ impl Topology {
             let asked = (|| -> Result<(String, u16, usize)> {
                 let mut conn = self.probe_sentinel(sentinel)?;
                 let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
-                    cmd.query(conn).map_err(|source| Error::Redis {
+                    pool::query_read(conn, cmd).map_err(|source| Error::Redis {
                         operation: "asking a sentinel for the master",
                         source,
                     })
@@ -625,7 +623,7 @@ impl Topology {
                 // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
                 // counts (a sentinel's own list lags behind).
                 let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
-                let role: Value = match redis::cmd("ROLE").query(&mut master) {
+                let role: Value = match pool::query_read(&mut master, &redis::cmd("ROLE")) {
                     Ok(role) => role,
                     // A user without the right to ROLE (an ACL without @admin) takes the
                     // sentinel's word: replica sync is then off for this master.
@@ -694,8 +692,7 @@ impl Topology {
                     source: source.clone(),
                 })?;
                 // Connected, but is the sentinel open to everyone? A PING says.
-                redis::cmd("PING")
-                    .query::<()>(&mut conn)
+                pool::query_read::<()>(&mut conn, &redis::cmd("PING"))
                     .map_err(|_| Error::Connect { source })?;
                 log::info!(
                     "the sentinel at {} refused the URL's credentials and answers without \

@@ -10,32 +10,9 @@ use redis_lock::LockManager;
 use support::proxy::Proxy;
 use support::RedisServer;
 
-/// A master and one replica that has caught up with it.
-fn master_with_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut replica.conn())
-            .expect("INFO on the replica");
-        let linked = info.contains("master_link_status:up");
-        if linked && support::role_lists_replicas(&mut master.conn()) == 1 {
-            return (master, replica);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the replica never linked:\n{info}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn acquires_wait_for_the_replica_and_are_rolled_back_without_it() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let manager = LockManager::builder(&master.url())
         .replica_sync_timeout(Duration::from_millis(300))
         .build()
@@ -159,7 +136,7 @@ fn a_replica_added_later_is_waited_for_once_counted_again() {
 
 #[test]
 fn an_attempt_that_finds_the_lock_held_waits_for_no_replica() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let holder = LockManager::new(&master.url()).expect("holder");
     let waiter = LockManager::builder(&master.url())
         .replica_sync_timeout(Duration::from_millis(500))
@@ -207,7 +184,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 /// reported like one no replica acknowledged, not left in place with an I/O error.
 #[test]
 fn an_acquire_whose_acknowledgement_was_lost_is_rolled_back() {
-    let (master, _replica) = master_with_replica();
+    let (master, _replica) = support::master_with_replica();
     let proxy = Proxy::start(master.port());
     let manager = LockManager::builder(&proxy.url())
         .response_timeout(Duration::from_millis(300))
@@ -255,7 +232,7 @@ fn an_acquire_whose_acknowledgement_was_lost_is_rolled_back() {
 /// have what the *first* send wrote. With the replica frozen, it is rolled back and reported.
 #[test]
 fn an_acquire_answered_by_its_attempt_id_still_waits_for_the_replica() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let proxy = Proxy::start(master.port());
     let manager = LockManager::builder(&proxy.url())
         .response_timeout(Duration::from_millis(500))
@@ -308,7 +285,7 @@ fn an_acquire_answered_by_its_attempt_id_still_waits_for_the_replica() {
 /// loop's retry after a connection error takes such a pooled connection.
 #[test]
 fn a_replayed_acquire_is_covered_by_wait_on_its_connection() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
     let owner = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1";
     let marker = format!("redis_lock__attempt:{{replayed}}:{owner}");
@@ -414,7 +391,7 @@ fn assert_refused_and_rolled_back(
 /// acquires itself (and is refused, and rolled back, when no replica answers).
 #[test]
 fn a_local_successor_gets_no_lock_that_no_replica_acknowledged() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let manager = LockManager::builder(&master.url())
         .replica_sync_timeout(Duration::from_millis(300))
         .build()
@@ -436,7 +413,7 @@ fn a_local_successor_gets_no_lock_that_no_replica_acknowledged() {
 /// succeeded, and is reported so.
 #[test]
 fn a_release_whose_replica_check_fails_is_still_a_release() {
-    let (master, replica) = master_with_replica();
+    let (master, replica) = support::master_with_replica();
     let _: () = redis::cmd("ACL")
         .arg(&[
             "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-info",

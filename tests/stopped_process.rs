@@ -199,6 +199,102 @@ fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
     );
 }
 
+/// Builds a manager through a proxy that holds back the builder's request containing `held`,
+/// stops and continues this process while the builder waits for that reply, lets the request
+/// through, and checks that `build()` (and a lock) then succeeded and that `logged_line` shows
+/// the interrupt (else the stop came at another moment and the run proved nothing).
+fn build_through_a_stop_at(held: &[u8], logged_line: &str) {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    proxy.hold_requests_containing(held);
+    let url = proxy.url();
+    let (building, tid) = spawn_with_id(move || -> Result<()> {
+        let manager = patient_manager(&url)?;
+        let guard = manager.lock("after-an-interrupted-build")?;
+        guard.unlock()
+    });
+    assert!(
+        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
+        "the builder never sent {}",
+        String::from_utf8_lossy(held)
+    );
+    await_blocked(&tid);
+    stop_and_continue_this_process();
+    proxy.release_requests();
+    let built = building.join().expect("the building thread");
+    assert!(
+        built.is_ok(),
+        "build() failed after the stop: {built:?}; logged: {:?}",
+        logged()
+    );
+    assert!(
+        was_logged(logged_line),
+        "the stop did not interrupt the held request, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+}
+
+/// Finding the deployment reads too (`ROLE` here; `CLUSTER SLOTS` or a sentinel's answer the
+/// same way): with a single server, seed or sentinel there is nowhere else to ask, so an
+/// interrupted read is asked again rather than failing `build()`.
+#[test]
+fn a_discovery_read_interrupted_by_a_stop_and_continue_is_asked_again() {
+    let _turn = one_at_a_time();
+    build_through_a_stop_at(b"ROLE", "waiting for the reply to a read was interrupted");
+}
+
+/// The check of the right to subscribe (on a connection of its own) is made again.
+#[test]
+fn the_subscribe_rights_check_interrupted_by_a_stop_and_continue_is_made_again() {
+    let _turn = one_at_a_time();
+    build_through_a_stop_at(
+        b"SUBSCRIBE",
+        "checking the right to subscribe was interrupted",
+    );
+}
+
+/// Replica sync's `WAIT` is asked again on the same connection: it counts the
+/// acknowledgements of the acquire that connection just wrote, which was not undone.
+#[test]
+fn a_replica_wait_interrupted_by_a_stop_and_continue_is_asked_again() -> Result<()> {
+    let _turn = one_at_a_time();
+    let (master, _replica) = support::master_with_replica();
+    let proxy = support::proxy::Proxy::start(master.port());
+    let manager = patient_builder(&proxy.url())
+        .replica_sync_timeout(Duration::from_secs(60))
+        .build()?;
+    let name = "interrupted-wait";
+    proxy.hold_requests_containing(b"WAIT");
+    let (locking, tid) = {
+        let manager = manager.clone();
+        spawn_with_id(move || -> Result<()> {
+            let guard = manager.lock(name)?;
+            assert_eq!(manager.get_lock(name).hold_count()?, 1, "held once");
+            guard.unlock()
+        })
+    };
+    assert!(
+        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
+        "the acquire never sent its WAIT"
+    );
+    await_blocked(&tid);
+    stop_and_continue_this_process();
+    proxy.release_requests();
+    let locked = locking.join().expect("the locking thread");
+    assert!(
+        locked.is_ok(),
+        "the acquire failed after the stop: {locked:?}; logged: {:?}",
+        logged()
+    );
+    assert!(
+        was_logged("waiting for the reply to a read was interrupted"),
+        "the stop did not interrupt the WAIT, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    assert!(!exists(&mut master.conn(), name), "unlocked afterwards");
+    Ok(())
+}
+
 #[test]
 fn a_release_interrupted_by_a_stop_and_continue_of_the_process_is_sent_again_and_counted_once(
 ) -> Result<()> {

@@ -28,17 +28,12 @@ fn conn(port: u16) -> redis::Connection {
 }
 
 fn info(port: u16, section: &str) -> String {
-    redis::cmd("INFO")
-        .arg(section)
-        .query(&mut conn(port))
-        .unwrap_or_default()
+    super::query(&mut conn(port), redis::cmd("INFO").arg(section)).unwrap_or_default()
 }
 
 fn cluster_ok(port: u16) -> bool {
-    let state: String = redis::cmd("CLUSTER")
-        .arg("INFO")
-        .query(&mut conn(port))
-        .unwrap_or_default();
+    let state: String =
+        super::query(&mut conn(port), redis::cmd("CLUSTER").arg("INFO")).unwrap_or_default();
     state.contains("cluster_state:ok") && state.contains("cluster_slots_assigned:16384")
 }
 
@@ -54,10 +49,7 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 fn node_id(port: u16) -> String {
-    redis::cmd("CLUSTER")
-        .arg("MYID")
-        .query(&mut conn(port))
-        .expect("CLUSTER MYID")
+    super::query(&mut conn(port), redis::cmd("CLUSTER").arg("MYID")).expect("CLUSTER MYID")
 }
 
 impl RedisCluster {
@@ -199,9 +191,7 @@ impl RedisCluster {
     pub fn failover(&self, replica: u16) {
         let promoted = || info(replica, "replication").contains("role:master");
         for _ in 0..3 {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("FAILOVER")
-                .query(&mut conn(replica))
+            let _: () = super::query(&mut conn(replica), redis::cmd("CLUSTER").arg("FAILOVER"))
                 .expect("CLUSTER FAILOVER");
             let asked = Instant::now();
             while !promoted() && asked.elapsed() < Duration::from_secs(10) {
@@ -259,37 +249,43 @@ impl RedisCluster {
         let from = self.master_for_slot(slot);
         let (from_id, to_id) = (node_id(from), node_id(to));
         let setslot = |port: u16, state: &str, id: &str| {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(state)
-                .arg(id)
-                .query(&mut conn(port))
-                .expect("CLUSTER SETSLOT");
+            let _: () = super::query(
+                &mut conn(port),
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(state)
+                    .arg(id),
+            )
+            .expect("CLUSTER SETSLOT");
         };
         setslot(to, "IMPORTING", &from_id);
         setslot(from, "MIGRATING", &to_id);
         let mut source = conn(from);
         loop {
-            let keys: Vec<String> = redis::cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(slot)
-                .arg(100)
-                .query(&mut source)
-                .expect("CLUSTER GETKEYSINSLOT");
+            let keys: Vec<String> = super::query(
+                &mut source,
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100),
+            )
+            .expect("CLUSTER GETKEYSINSLOT");
             if keys.is_empty() {
                 break;
             }
-            let _: () = redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(to)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS")
-                .arg(&keys)
-                .query(&mut source)
-                .expect("MIGRATE");
+            let _: () = super::query(
+                &mut source,
+                redis::cmd("MIGRATE")
+                    .arg("127.0.0.1")
+                    .arg(to)
+                    .arg("")
+                    .arg(0)
+                    .arg(5000)
+                    .arg("KEYS")
+                    .arg(&keys),
+            )
+            .expect("MIGRATE");
         }
     }
 
@@ -298,13 +294,15 @@ impl RedisCluster {
     pub fn finish_reshard(&self, slot: u16, to: u16) {
         let to_id = node_id(to);
         for &port in &self.masters_now() {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&to_id)
-                .query(&mut conn(port))
-                .expect("CLUSTER SETSLOT NODE");
+            let _: () = super::query(
+                &mut conn(port),
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+            )
+            .expect("CLUSTER SETSLOT NODE");
         }
         wait_for("agreed on the slot's new owner", || {
             self.master_for_slot(slot) == to

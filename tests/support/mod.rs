@@ -23,17 +23,37 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// continued meanwhile (a frozen CI container), which says nothing about the server.
 pub fn connect(url: &str) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(url)?;
+    again_if_interrupted(|| client.get_connection_with_timeout(Duration::from_secs(5)))
+}
+
+/// Whether `err` is an interrupted system call (EINTR). Tests cannot call the crate's own
+/// check, and the text depends only on the OS error number.
+pub fn interrupted(err: &redis::RedisError) -> bool {
+    err.is_io_error() && err.to_string().contains("os error 4")
+}
+
+/// Runs `attempt` again (3 times at most) while it fails with an interrupted read or write.
+pub fn again_if_interrupted<T>(
+    mut attempt: impl FnMut() -> redis::RedisResult<T>,
+) -> redis::RedisResult<T> {
     let mut retries = 0;
     loop {
-        match client.get_connection_with_timeout(Duration::from_secs(5)) {
-            Err(err)
-                if retries < 3 && err.is_io_error() && err.to_string().contains("os error 4") =>
-            {
-                retries += 1
-            }
+        match attempt() {
+            Err(err) if retries < 3 && interrupted(&err) => retries += 1,
             other => return other,
         }
     }
+}
+
+/// `cmd` on `conn`, sent again when its reply wait was interrupted: for the helpers' own
+/// commands on connections with a read timeout (only those get EINTR), which are safe to
+/// repeat. redis-rs skips the interrupted command's reply when it comes, so the repeat's reply
+/// is the one returned.
+pub fn query<T: redis::FromRedisValue>(
+    conn: &mut redis::Connection,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    again_if_interrupted(|| cmd.query(conn))
 }
 
 /// A `redis-server` child process in its own temporary directory, killed on drop.
@@ -205,6 +225,29 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// A master and one replica that has caught up with it.
+pub fn master_with_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.conn())
+            .expect("INFO on the replica");
+        let linked = info.contains("master_link_status:up");
+        if linked && role_lists_replicas(&mut master.conn()) == 1 {
+            return (master, replica);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never linked:\n{info}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// How many replicas a master's `ROLE` lists: those it counts as online, which the lock
@@ -430,13 +473,24 @@ impl Waiter {
 
 /// Subscribes `conn` to `channel` with a 5 s read timeout: a bystander watching what is
 /// published there.
-pub fn watch_channel<'a>(conn: &'a mut redis::Connection, channel: &str) -> redis::PubSub<'a> {
+pub fn watch_channel<'a>(conn: &'a mut redis::Connection, channel: &str) -> Watcher<'a> {
     let mut pubsub = conn.as_pubsub();
     pubsub.subscribe(channel).expect("SUBSCRIBE");
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("read timeout");
-    pubsub
+    Watcher(pubsub)
+}
+
+/// A bystander subscribed with [`watch_channel`].
+pub struct Watcher<'a>(redis::PubSub<'a>);
+
+impl Watcher<'_> {
+    /// The next message (5 s at most), read on when the read was interrupted: a read with a
+    /// timeout fails with EINTR when the process is stopped and continued (see [`connect`]).
+    pub fn get_message(&mut self) -> redis::RedisResult<redis::Msg> {
+        again_if_interrupted(|| self.0.get_message())
+    }
 }
 
 /// Waits (up to 10 s) until `manager`'s pub/sub listener has subscribed to its private wake-up

@@ -41,11 +41,13 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 fn master_of(sentinel: u16) -> Option<u16> {
-    let (_, port): (String, u16) = redis::cmd("SENTINEL")
-        .arg("get-master-addr-by-name")
-        .arg(MASTER_NAME)
-        .query(&mut conn(sentinel)?)
-        .ok()?;
+    let (_, port): (String, u16) = super::query(
+        &mut conn(sentinel)?,
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER_NAME),
+    )
+    .ok()?;
     Some(port)
 }
 
@@ -124,11 +126,11 @@ impl RedisSentinel {
                 let Some(mut c) = conn(port) else {
                     return false;
                 };
-                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-                    .arg("replicas")
-                    .arg(MASTER_NAME)
-                    .query(&mut c)
-                    .unwrap_or_default();
+                let replicas: Vec<redis::Value> = super::query(
+                    &mut c,
+                    redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
+                )
+                .unwrap_or_default();
                 master_of(port).is_some() && replicas.len() == 2
             });
         }
@@ -231,20 +233,21 @@ impl RedisSentinel {
     /// replica.
     pub fn cut_replication(&self) {
         for replica in self.replica_ports() {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("masterauth")
-                .arg("not-the-masters-password")
-                .query(&mut conn(replica).expect("a replica"))
-                .expect("CONFIG SET masterauth");
+            let _: () = super::query(
+                &mut conn(replica).expect("a replica"),
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("masterauth")
+                    .arg("not-the-masters-password"),
+            )
+            .expect("CONFIG SET masterauth");
         }
         let master = self.master_port();
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("replica")
-            .query(&mut conn(master).expect("the master"))
-            .expect("CLIENT KILL TYPE replica");
+        let _: i64 = super::query(
+            &mut conn(master).expect("the master"),
+            redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+        )
+        .expect("CLIENT KILL TYPE replica");
         wait_for("cut the replicas off", || {
             replication_says(master, "connected_slaves:0")
         });
