@@ -1260,6 +1260,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let mut presend_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut blpop_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut own_samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut own_set_samples = Vec::with_capacity(scale.w3_handoffs);
     let mut pings = Vec::with_capacity(scale.w3_handoffs * 3);
     let mut cold_pings = Vec::with_capacity(scale.w3_handoffs);
     // Ten rounds of each handoff in turn, so that the machine's drift over the run lands on
@@ -1270,7 +1271,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
             raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
             presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
             blpop_samples.extend(blpop_handoff(url, per_round));
-            own_samples.extend(raw_own_subscription_handoff(url, per_round));
+            own_samples.extend(raw_own_subscription_handoff(
+                url,
+                per_round,
+                RawAcquire::Script,
+            ));
+            own_set_samples.extend(raw_own_subscription_handoff(
+                url,
+                per_round,
+                RawAcquire::SetNx,
+            ));
         }
         // The floor, measured in the same loop so that both see the same machine.
         for _ in 0..3 {
@@ -1299,7 +1309,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     raw_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Waiter));
     presend_samples.extend(raw_pubsub_handoff(url, per_round, RawSender::Listener));
     blpop_samples.extend(blpop_handoff(url, per_round));
-    own_samples.extend(raw_own_subscription_handoff(url, per_round));
+    own_samples.extend(raw_own_subscription_handoff(
+        url,
+        per_round,
+        RawAcquire::Script,
+    ));
+    own_set_samples.extend(raw_own_subscription_handoff(
+        url,
+        per_round,
+        RawAcquire::SetNx,
+    ));
     let handoff = percentiles(&mut samples);
     let ping = percentiles(&mut pings).p50;
     let cold_ping = percentiles(&mut cold_pings).p50;
@@ -1307,6 +1326,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
     let blpop = percentiles(&mut blpop_samples);
     let presend = percentiles(&mut presend_samples);
     let own = percentiles(&mut own_samples);
+    let own_set = percentiles(&mut own_set_samples);
     vec![
         row(
             "W3 handoff",
@@ -1366,6 +1386,16 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         .against(
             micros(blpop.p50),
             own.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 handoff",
+            "same, with SET NX instead of the acquire script, against BLPOP's",
+            micros(own_set.p50),
+        )
+        .against(
+            micros(blpop.p50),
+            own_set.p50.as_secs_f64() / blpop.p50.as_secs_f64(),
             "",
         ),
         row(
@@ -1557,6 +1587,26 @@ fn w8_read_write(url: &str, scale: &Scale) -> Vec<Row> {
     ]
 }
 
+/// The acquire script (`redis_lock::lua::ACQUIRE`, loaded as `acquire`) for `owner` on lock
+/// `key`, with a 30 s lease, as the raw handoffs' waiters send it.
+fn raw_acquire_call(
+    acquire: &redis::Script,
+    key: &str,
+    owner: &str,
+    attempt_id: u64,
+) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(acquire.get_hash())
+        .arg(2)
+        .arg(key)
+        .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
+        .arg(30_000)
+        .arg(owner)
+        .arg(attempt_id)
+        .arg(11_000);
+    call
+}
+
 /// Who sends a raw pub/sub-woken waiter's acquire.
 #[derive(Clone, Copy, PartialEq)]
 enum RawSender {
@@ -1630,18 +1680,8 @@ fn raw_pubsub_handoff(url: &str, n: usize, sender: RawSender) -> Vec<Duration> {
         thread::spawn(move || {
             let mut seen = 0;
             while go.recv().is_ok() {
-                let call = |attempt_id: u64| {
-                    let mut call = redis::cmd("EVALSHA");
-                    call.arg(acquire.get_hash())
-                        .arg(2)
-                        .arg(key)
-                        .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
-                        .arg(30_000)
-                        .arg(owner)
-                        .arg(attempt_id) // one per wake-up
-                        .arg(11_000);
-                    call
-                };
+                // One attempt id per wake-up.
+                let call = |attempt_id| raw_acquire_call(&acquire, key, owner, attempt_id);
                 let (state, wake) = &*woken;
                 let mut state = state.lock().unwrap();
                 if sender == RawSender::Listener {
@@ -1709,13 +1749,23 @@ fn time_raw_handoffs(
     samples
 }
 
+/// What the raw own-subscription waiter sends to take the lock.
+#[derive(Clone, Copy)]
+enum RawAcquire {
+    /// This crate's acquire script (Redisson's hash and the attempt marker).
+    Script,
+    /// `SET NX PX`, as python-redis-lock's waiter: what the script costs beyond it.
+    SetNx,
+}
+
 /// The floor of any pub/sub-woken handoff, with no crate code: the waiting thread itself
 /// reads its own subscribed RESP3 connection (RESP3 lets a subscribed connection send other
-/// commands) and, on the unlock message, sends the acquire script on that same connection.
+/// commands) and, on the unlock message, sends its acquire (`acquire_with`) on that same
+/// connection.
 /// One thread wake-up and one round trip on a connection that just read, as a BLPOP waiter;
 /// but each waiter holds a connection of its own, as with BLPOP. Measured as
 /// [`raw_pubsub_handoff`].
-fn raw_own_subscription_handoff(url: &str, n: usize) -> Vec<Duration> {
+fn raw_own_subscription_handoff(url: &str, n: usize, acquire_with: RawAcquire) -> Vec<Duration> {
     use redis::IntoConnectionInfo;
     use std::sync::mpsc;
     let key = "loadgen:w3:own";
@@ -1756,15 +1806,14 @@ fn raw_own_subscription_handoff(url: &str, n: usize) -> Vec<Duration> {
                 }
             }
             attempt += 1;
-            let mut call = redis::cmd("EVALSHA");
-            call.arg(acquire.get_hash())
-                .arg(2)
-                .arg(key)
-                .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
-                .arg(30_000)
-                .arg(owner)
-                .arg(attempt)
-                .arg(11_000);
+            let call = match acquire_with {
+                RawAcquire::Script => raw_acquire_call(&acquire, key, owner, attempt),
+                RawAcquire::SetNx => {
+                    let mut call = redis::cmd("SET");
+                    call.arg(key).arg(owner).arg("NX").arg("PX").arg(30_000);
+                    call
+                }
+            };
             conn.send_packed_command(&call.get_packed_command())
                 .expect("send the acquire");
             let reply = loop {
@@ -1774,8 +1823,11 @@ fn raw_own_subscription_handoff(url: &str, n: usize) -> Vec<Duration> {
                 }
             };
             let acquired = Instant::now();
-            let held_by: Option<i64> = redis::from_redis_value(reply).expect("a PTTL or nil");
-            assert!(held_by.is_none(), "the raw waiter gets the lock");
+            let acquired_now = match acquire_with {
+                RawAcquire::Script => reply == redis::Value::Nil,
+                RawAcquire::SetNx => reply == redis::Value::Okay,
+            };
+            assert!(acquired_now, "the raw waiter gets the lock: {reply:?}");
             conn.send_packed_command(&redis::cmd("DEL").arg(key).get_packed_command())
                 .expect("DEL");
             loop {

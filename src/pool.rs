@@ -106,19 +106,21 @@ pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
 }
 
 /// `cmd` on `conn`, sent once more on the same connection when its reply wait was interrupted
-/// (EINTR, see [`connect_by`]): for reads that are safe to repeat there. These are the reads
-/// that find the deployment (`ROLE`, `CLUSTER SLOTS`, a sentinel's answer, `PING`), which
-/// with a single seed or sentinel have nowhere else to go and would fail `build()`, and replica
-/// sync's `WAIT`, `ROLE` and `INFO`, where `WAIT` counts the acknowledgements of the
-/// connection's last write either time. redis-rs counts the interrupted reply as still owed
-/// and skips it when it comes, so the repeat's reply is the one returned.
-pub(crate) fn query_read<T: redis::FromRedisValue>(
+/// (EINTR, see [`connect_by`]): for commands that are safe to repeat there, which have nowhere
+/// else to go. These are the commands that find the deployment (`ROLE`, `CLUSTER SLOTS`,
+/// `PUBSUB SHARDNUMSUB`, a sentinel's answer, `PING`), which with a single server, seed or
+/// sentinel would otherwise fail `build()`, and replica sync's `ROLE` and `INFO` (its `WAIT`
+/// is repeated with a shorter timeout, in `LockStore`). redis-rs counts the interrupted reply
+/// as still owed and skips it when it comes, so the repeat's reply is the one returned. The
+/// repeat has a read timeout of its own: such a call may take up to twice its response
+/// timeout.
+pub(crate) fn query_again_if_interrupted<T: redis::FromRedisValue>(
     conn: &mut Connection,
     cmd: &redis::Cmd,
 ) -> RedisResult<T> {
     match cmd.query(conn) {
         Err(err) if is_interrupted(&err) => {
-            log::debug!("waiting for the reply to a read was interrupted ({err}); asking again");
+            log::debug!("waiting for a reply was interrupted ({err}); asking again");
             cmd.query(conn)
         }
         other => other,

@@ -799,7 +799,8 @@ impl LockStore {
     ) -> std::result::Result<(), Failed> {
         if pool.replicas_older_than(REPLICAS_RECOUNT) {
             self.counters.sent(1);
-            match crate::pool::query_read::<redis::Value>(conn, &redis::cmd("ROLE")) {
+            match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
+            {
                 Ok(role) => {
                     pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
                 }
@@ -828,14 +829,24 @@ impl LockStore {
         let waited = (|| -> RedisResult<usize> {
             conn.set_read_timeout(Some(read_timeout))?;
             self.counters.sent(1);
-            // Asked again on the same connection if interrupted: it counts the acknowledgements
-            // of this connection's last write either time.
-            let acked: usize = crate::pool::query_read(
-                conn,
-                redis::cmd("WAIT")
-                    .arg(replicas)
-                    .arg(timeout.as_millis() as u64),
-            )?;
+            let wait = |ms: u64| {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(replicas).arg(ms);
+                wait
+            };
+            let acked: usize = match wait(timeout.as_millis() as u64).query(&mut **conn) {
+                // The process was stopped and continued meanwhile (see `pool::connect_by`).
+                // The first WAIT still runs on the server, and a WAIT sent now is answered
+                // after it: one millisecond more is all it needs to count the acknowledgements
+                // of this connection's last write again, so the call keeps its time. redis-rs
+                // skips the first WAIT's reply when it comes.
+                Err(err) if crate::pool::is_interrupted(&err) => {
+                    log::debug!("waiting for WAIT's reply was interrupted ({err}); asking again");
+                    self.counters.sent(1);
+                    wait(1).query(&mut **conn)?
+                }
+                acked => acked?,
+            };
             if acked > 0 {
                 return Ok(acked);
             }
@@ -1021,7 +1032,8 @@ fn is_replicated_operation(operation: &str) -> bool {
 
 /// `connected_slaves` from `INFO replication`.
 fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
-    let info: String = crate::pool::query_read(conn, redis::cmd("INFO").arg("replication"))?;
+    let info: String =
+        crate::pool::query_again_if_interrupted(conn, redis::cmd("INFO").arg("replication"))?;
     Ok(info
         .lines()
         .find_map(|line| line.strip_prefix("connected_slaves:"))

@@ -442,7 +442,10 @@ impl Topology {
                 // Counted once, here (a refresh is never needed for one server); a wrong
                 // address or password fails here too.
                 let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
-                let replicas = match pool::query_read::<Value>(&mut conn, &redis::cmd("ROLE")) {
+                let replicas = match pool::query_again_if_interrupted::<Value>(
+                    &mut conn,
+                    &redis::cmd("ROLE"),
+                ) {
                     Ok(role) => replicas_of_role(&role).unwrap_or(0),
                     Err(source) if source.is_timeout() => {
                         return Err(self.nodes.first_reply_timeout(&self.nodes.template))
@@ -505,24 +508,25 @@ impl Topology {
         let mut conn = pool
             .get_by(Instant::now() + self.nodes.response_timeout)
             .ok()?;
-        let role: Value = pool::query_read(&mut conn, &redis::cmd("ROLE")).ok()?;
+        let role: Value = pool::query_again_if_interrupted(&mut conn, &redis::cmd("ROLE")).ok()?;
         replicas_of_role(&role)
     }
 
     /// `CLUSTER SLOTS` on one node.
     fn ask_cluster(&self, node: ConnectionInfo) -> Result<Vec<SlotRange>> {
         let mut conn = self.nodes.probe(node.clone())?;
-        let reply: Value = pool::query_read(&mut conn, redis::cmd("CLUSTER").arg("SLOTS"))
-            .map_err(|source| {
-                if source.is_timeout() {
-                    self.nodes.first_reply_timeout(&node)
-                } else {
-                    Error::Redis {
-                        operation: "finding the cluster's slots",
-                        source,
+        let reply: Value =
+            pool::query_again_if_interrupted(&mut conn, redis::cmd("CLUSTER").arg("SLOTS"))
+                .map_err(|source| {
+                    if source.is_timeout() {
+                        self.nodes.first_reply_timeout(&node)
+                    } else {
+                        Error::Redis {
+                            operation: "finding the cluster's slots",
+                            source,
+                        }
                     }
-                }
-            })?;
+                })?;
         parse_cluster_slots(reply).ok_or_else(|| Error::Redis {
             operation: "finding the cluster's slots",
             source: redis::RedisError::from((
@@ -598,7 +602,7 @@ impl Topology {
             let asked = (|| -> Result<(String, u16, usize)> {
                 let mut conn = self.probe_sentinel(sentinel)?;
                 let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
-                    pool::query_read(conn, cmd).map_err(|source| Error::Redis {
+                    pool::query_again_if_interrupted(conn, cmd).map_err(|source| Error::Redis {
                         operation: "asking a sentinel for the master",
                         source,
                     })
@@ -623,24 +627,25 @@ impl Topology {
                 // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
                 // counts (a sentinel's own list lags behind).
                 let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
-                let role: Value = match pool::query_read(&mut master, &redis::cmd("ROLE")) {
-                    Ok(role) => role,
-                    // A user without the right to ROLE (an ACL without @admin) takes the
-                    // sentinel's word: replica sync is then off for this master.
-                    Err(source) if source.code() == Some("NOPERM") => {
-                        log::info!(
-                            "cannot check the master's role at {host}:{port} ({source}); \
+                let role: Value =
+                    match pool::query_again_if_interrupted(&mut master, &redis::cmd("ROLE")) {
+                        Ok(role) => role,
+                        // A user without the right to ROLE (an ACL without @admin) takes the
+                        // sentinel's word: replica sync is then off for this master.
+                        Err(source) if source.code() == Some("NOPERM") => {
+                            log::info!(
+                                "cannot check the master's role at {host}:{port} ({source}); \
                              taking the sentinel's word, and acquires will not wait for replicas"
-                        );
-                        return Ok((host, port, 0));
-                    }
-                    Err(source) => {
-                        return Err(Error::Redis {
-                            operation: "checking the master's role",
-                            source,
-                        })
-                    }
-                };
+                            );
+                            return Ok((host, port, 0));
+                        }
+                        Err(source) => {
+                            return Err(Error::Redis {
+                                operation: "checking the master's role",
+                                source,
+                            })
+                        }
+                    };
                 match role {
                     Value::Array(_) if replicas_of_role(&role).is_some() => {
                         Ok((host, port, replicas_of_role(&role).unwrap_or(0)))
@@ -692,7 +697,7 @@ impl Topology {
                     source: source.clone(),
                 })?;
                 // Connected, but is the sentinel open to everyone? A PING says.
-                pool::query_read::<()>(&mut conn, &redis::cmd("PING"))
+                pool::query_again_if_interrupted::<()>(&mut conn, &redis::cmd("PING"))
                     .map_err(|_| Error::Connect { source })?;
                 log::info!(
                     "the sentinel at {} refused the URL's credentials and answers without \
@@ -795,10 +800,10 @@ fn supports_sharded_pubsub(map: &Map) -> Result<bool> {
     let pool = &map.masters[0];
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut conn = pool.get_by(deadline)?;
-    match redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .query::<Value>(&mut *conn)
-    {
+    match pool::query_again_if_interrupted::<Value>(
+        &mut conn,
+        redis::cmd("PUBSUB").arg("SHARDNUMSUB"),
+    ) {
         Ok(_) => Ok(true),
         Err(err) if err.code().is_some() => Ok(false),
         Err(source) => {

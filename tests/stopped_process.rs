@@ -240,7 +240,7 @@ fn build_through_a_stop_at(held: &[u8], logged_line: &str) {
 #[test]
 fn a_discovery_read_interrupted_by_a_stop_and_continue_is_asked_again() {
     let _turn = one_at_a_time();
-    build_through_a_stop_at(b"ROLE", "waiting for the reply to a read was interrupted");
+    build_through_a_stop_at(b"ROLE", "waiting for a reply was interrupted");
 }
 
 /// The check of the right to subscribe (on a connection of its own) is made again.
@@ -253,8 +253,36 @@ fn the_subscribe_rights_check_interrupted_by_a_stop_and_continue_is_made_again()
     );
 }
 
-/// Replica sync's `WAIT` is asked again on the same connection: it counts the
-/// acknowledgements of the acquire that connection just wrote, which was not undone.
+/// Runs `op` on a thread of its own while `proxy` holds back every `WAIT`, stops and continues
+/// this process while `op` waits for its WAIT's reply, lets the WAITs through, and returns what
+/// `op` returned and how long it took from then. Fails unless the stop interrupted the WAIT.
+fn through_a_stop_at_wait<T: Send + 'static>(
+    proxy: &support::proxy::Proxy,
+    op: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    proxy.hold_requests_containing(b"WAIT");
+    let (running, tid) = spawn_with_id(op);
+    assert!(
+        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
+        "the acquire never sent its WAIT"
+    );
+    await_blocked(&tid);
+    stop_and_continue_this_process();
+    let released = Instant::now();
+    proxy.release_requests();
+    let outcome = running.join().expect("the thread");
+    let took = released.elapsed();
+    assert!(
+        was_logged("waiting for WAIT's reply was interrupted"),
+        "the stop did not interrupt the WAIT, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    (outcome, took)
+}
+
+/// Replica sync's `WAIT` is asked again on the same connection (with a 1 ms timeout, as the
+/// first one still runs on the server): it counts the acknowledgements of the acquire that
+/// connection just wrote, which is not rolled back.
 #[test]
 fn a_replica_wait_interrupted_by_a_stop_and_continue_is_asked_again() -> Result<()> {
     let _turn = one_at_a_time();
@@ -264,34 +292,61 @@ fn a_replica_wait_interrupted_by_a_stop_and_continue_is_asked_again() -> Result<
         .replica_sync_timeout(Duration::from_secs(60))
         .build()?;
     let name = "interrupted-wait";
-    proxy.hold_requests_containing(b"WAIT");
-    let (locking, tid) = {
+    let (locked, _) = through_a_stop_at_wait(&proxy, {
         let manager = manager.clone();
-        spawn_with_id(move || -> Result<()> {
+        move || -> Result<()> {
             let guard = manager.lock(name)?;
+            // Each reply paired with its own command afterwards: a WAIT reply (1) read for
+            // the count would pass the first check, not the second.
             assert_eq!(manager.get_lock(name).hold_count()?, 1, "held once");
+            let again = manager.lock(name)?;
+            assert_eq!(manager.get_lock(name).hold_count()?, 2, "held twice");
+            again.unlock()?;
             guard.unlock()
-        })
-    };
-    assert!(
-        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
-        "the acquire never sent its WAIT"
-    );
-    await_blocked(&tid);
-    stop_and_continue_this_process();
-    proxy.release_requests();
-    let locked = locking.join().expect("the locking thread");
+        }
+    });
     assert!(
         locked.is_ok(),
         "the acquire failed after the stop: {locked:?}; logged: {:?}",
         logged()
     );
-    assert!(
-        was_logged("waiting for the reply to a read was interrupted"),
-        "the stop did not interrupt the WAIT, so this run proved nothing; logged: {:?}",
-        logged()
-    );
     assert!(!exists(&mut master.conn(), name), "unlocked afterwards");
+    Ok(())
+}
+
+/// The repeated `WAIT` keeps the call's time: with no replica acknowledging, the acquire
+/// fails as soon as it does without a stop, not one replica sync timeout later (a repeat with
+/// the full timeout would wait behind the first `WAIT` and then as long again).
+#[test]
+fn a_repeated_replica_wait_keeps_the_calls_time() -> Result<()> {
+    const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
+    let _turn = one_at_a_time();
+    let (master, replica) = support::master_with_replica();
+    let proxy = support::proxy::Proxy::start(master.port());
+    let manager = patient_builder(&proxy.url())
+        .replica_sync_timeout(SYNC_TIMEOUT)
+        .build()?;
+    let name = "interrupted-unacknowledged-wait";
+    // A frozen replica stays connected and acknowledges nothing: the acquire's WAIT, and the
+    // rollback's, each take the whole timeout.
+    replica.freeze();
+    let started = Instant::now();
+    let err = manager.lock(name).expect_err("no replica acknowledged");
+    let without_a_stop = started.elapsed();
+    assert!(err.is_not_replicated(), "{err:?}");
+    let (locked, with_a_stop) = through_a_stop_at_wait(&proxy, {
+        let manager = manager.clone();
+        move || manager.lock(name).map(drop)
+    });
+    replica.thaw();
+    let err = locked.expect_err("no replica acknowledged");
+    assert!(err.is_not_replicated(), "{err:?}");
+    assert!(
+        with_a_stop < without_a_stop + SYNC_TIMEOUT / 2,
+        "took {with_a_stop:?} after the stop against {without_a_stop:?} without: the repeated \
+         WAIT waited a second replica sync timeout"
+    );
+    assert!(!exists(&mut master.conn(), name), "rolled back");
     Ok(())
 }
 

@@ -21,10 +21,10 @@ pub struct RedisSentinel {
 }
 
 fn conn(port: u16) -> Option<redis::Connection> {
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .ok()?
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let conn =
+        super::again_if_interrupted(|| client.get_connection_with_timeout(Duration::from_secs(2)))
+            .ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     Some(conn)
 }
