@@ -1,30 +1,37 @@
-//! The check, when a manager starts, that the Redis user may use the lock channels.
+//! The check, when a manager starts, that the Redis user may use the channels of every kind.
 //!
 //! Redis 7 gives new ACL users no channel rights (`resetchannels` is the default unless
 //! `acl-pubsub-default` says otherwise). Such a user can take locks, but every final release
 //! fails at its PUBLISH, after the key was already deleted, and a waiter's SUBSCRIBE is
 //! refused, so waiters are never woken by releases. Both rights are therefore probed once, up
-//! front, and a user without them is refused with an error that says which right is missing
-//! and how to grant it.
+//! front, on the channels of every kind, and a user without them is refused with an error that
+//! says which right is missing and how to grant it.
 
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
+use crate::names::{self, LockKeys};
 use crate::store::LockStore;
 
 /// How to grant what the locks need, for the error message.
 const GRANT: &str = "grant the rights with `ACL SETUSER <user> +publish +subscribe \
-                     &redisson_lock__channel:* &redis_lock__control:*` (or `allchannels` for \
-                     the channels)";
+                     &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
+                     &redisson_countdownlatch__channel__* &redis_lock__control:*` (or \
+                     `allchannels` for the channels)";
 
-/// Checks that the user of `store`'s connections may PUBLISH and SUBSCRIBE on every lock
-/// channel (`redisson_lock__channel:{<name>}`) and on the manager's control channel
+/// Checks that the user of `store`'s connections may PUBLISH and SUBSCRIBE on the channels of
+/// every kind the manager serves: the lock's and fair lock's (`redisson_lock__channel:{<name>}`,
+/// also with an owner after it), the read-write lock's (`redisson_rwlock:{<name>}`), the
+/// semaphore's (`redisson_sc:{<name>}`), the count-down latch's
+/// (`redisson_countdownlatch__channel__{<name>}`), and the manager's control channel
 /// (`redis_lock__control:{<client_id>}`). Fails with [`Error::Connect`] naming the refused
-/// right; other errors (Redis down, timeouts) are returned as they are.
+/// right; other errors (Redis down, timeouts) are returned as they are. A manager serves every
+/// kind through one handle, so a right missing for one kind is found here rather than as
+/// waiters of that kind woken only by polling.
 ///
-/// Lock channels are probed with a random lock name: rights granted for some lock names only
+/// Channels are probed with a random name: rights granted for some names only
 /// (`&redisson_lock__channel:{orders*}`) would pass a probe with a fixed name and still fail
 /// for others, and no lock may be relied on to have a name the ACL happens to allow.
 pub(crate) fn check_channel_rights(
@@ -32,16 +39,20 @@ pub(crate) fn check_channel_rights(
     client_id: &str,
     response_timeout: Duration,
 ) -> Result<()> {
-    let lock_channel = format!(
-        "redisson_lock__channel:{{redis-lock-rights-check-{}}}",
-        uuid::Uuid::new_v4()
-    );
+    let probe = LockKeys::new(&format!("redis-lock-rights-check-{}", uuid::Uuid::new_v4()))?;
     let control_channel = format!("redis_lock__control:{{{client_id}}}");
+    let channels = [
+        probe.channel(),
+        probe.rwlock_channel(),
+        names::semaphore_channel(&probe.name),
+        names::count_down_latch_channel(&probe.name),
+        control_channel,
+    ];
 
-    // "0" is the unlock message of a lock nobody holds or waits for (the name is random), and
-    // the control channel has no listener yet: neither PUBLISH disturbs anyone.
-    for (channel, message) in [(&lock_channel, "0"), (&control_channel, "wake")] {
-        match store.publish(channel, message) {
+    // The name is random, so nobody holds or waits for anything of that name, and the control
+    // channel has no listener yet: no PUBLISH here disturbs anyone.
+    for channel in &channels {
+        match store.publish(channel, "0") {
             Ok(()) => {}
             Err(Error::Redis { source, .. }) if is_noperm(&source) => {
                 return Err(refused("PUBLISH", channel, &source));
@@ -50,7 +61,7 @@ pub(crate) fn check_channel_rights(
         }
     }
 
-    let channels = [lock_channel.as_str(), control_channel.as_str()];
+    let channels: Vec<&str> = channels.iter().map(String::as_str).collect();
     match check_subscribe(store, &channels, response_timeout) {
         // The process was stopped and continued while the probe waited for a reply (EINTR,
         // see `pool::connect_by`): nothing is known about the rights yet, and the probe's

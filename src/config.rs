@@ -289,8 +289,9 @@ impl LockManagerBuilder {
     ///
     /// Fails with [`Error::InvalidArgument`] or [`Error::InvalidUrl`] for bad settings and with
     /// [`Error::Connect`] when Redis cannot be reached or refuses the credentials, or when the
-    /// Redis user may not PUBLISH and SUBSCRIBE on every lock channel
-    /// (`redisson_lock__channel:*`) and the manager's control channel
+    /// Redis user may not PUBLISH and SUBSCRIBE on the channels of every kind
+    /// (`redisson_lock__channel:*`, `redisson_rwlock:*`, `redisson_sc:*`,
+    /// `redisson_countdownlatch__channel__*`) and the manager's control channel
     /// (`redis_lock__control:*`): Redis 7 gives new ACL users no channel rights, and without
     /// them releases fail and waiters are never woken.
     pub fn build(self) -> Result<LockManager> {

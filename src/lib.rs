@@ -142,8 +142,8 @@
 //! and response timeouts and the fair lock's wait timeout; every setter documents its default,
 //! and [`build`](LockManagerBuilder::build) reports bad values as errors. Leases and timeouts
 //! are at most 100 years, waits at most 2^52 ms. `build` also checks that the Redis user may
-//! PUBLISH and SUBSCRIBE on the lock channels (Redis 7 ACL users get no channel rights by
-//! default) and fails with [`Error::Connect`] naming the missing right. See [`LockManager`] for
+//! PUBLISH and SUBSCRIBE on the channels of every kind (Redis 7 ACL users get no channel
+//! rights by default) and fails with [`Error::Connect`] naming the missing right. See [`LockManager`] for
 //! the threads and connections a manager owns, how clones share them, and why a manager must
 //! not be used after `fork()` ([`Error::Forked`]).
 //!
@@ -323,7 +323,7 @@ pub mod lua {
     pub use crate::read_write_lock::{
         READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
     };
-    pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+    pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW};
     // Semaphores and count-down latches keep their scripts next to them.
     pub use crate::count_down_latch::{
         COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,

@@ -100,6 +100,15 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
             }
             Err(err) => {
                 log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
+                // Its waiters sleep until an unlock message or their holder's TTL, which may
+                // be minutes away. On a single server they look now, so that Redis being down
+                // reaches them as an error after the outage grace (one connect timeout), not
+                // after the lease. With Sentinel or a cluster a lost master is most likely a
+                // failover under way, which takes longer than that grace: they go on waiting
+                // and look when this listener (or the new master's) subscribes again.
+                if !shared.store.topology().follows_failovers() {
+                    shared.wake_waiters_of(addr);
+                }
                 // Its master may have failed over: the waiters' channels may be elsewhere now.
                 if !is_master(shared, addr, true) {
                     shared.resync();

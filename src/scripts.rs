@@ -304,6 +304,31 @@ return 0
 "#
 );
 
+/// `KEYS[1]` lock key. `ARGV[1]` owner field. Replies `{held, holds}`: `held` 1 when anyone
+/// holds the lock, 0 when the key is absent; `holds` the owner's hold count (0 when none).
+/// A key that is not a hash, or a hash whose fields are not hold counts (`not_a_lock`), is
+/// refused with WRONGTYPE: it is somebody's data, not a held lock. For the inspection calls
+/// (`Lock::is_locked`, `hold_count`, `is_held_by_current_thread`), which would otherwise call
+/// such a hash locked.
+pub const INSPECT: &str = concat!(
+    not_a_lock_fn!(),
+    r#"
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+    return {0, 0}
+end
+if kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
+end
+if not_a_lock(KEYS[1]) then
+    "#,
+    refuse_data_hash!(),
+    r#"
+end
+return {1, tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')}
+"#
+);
+
 /// The compiled (hashed) scripts, shared by everything that talks to one deployment.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
@@ -311,6 +336,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
+    pub(crate) inspect: Script,
 }
 
 impl Scripts {
@@ -321,13 +347,20 @@ impl Scripts {
             release: Script::new(RELEASE),
             renew: Script::new(RENEW),
             force_unlock: Script::new(FORCE_UNLOCK),
+            inspect: Script::new(INSPECT),
         }
     }
 
     /// Every script's source, loaded when a manager starts so that the first EVALSHA of
     /// each does not meet NOSCRIPT.
-    pub(crate) const SOURCES: [&'static str; 5] =
-        [ACQUIRE, FENCED_ACQUIRE, RELEASE, RENEW, FORCE_UNLOCK];
+    pub(crate) const SOURCES: [&'static str; 6] = [
+        ACQUIRE,
+        FENCED_ACQUIRE,
+        RELEASE,
+        RENEW,
+        FORCE_UNLOCK,
+        INSPECT,
+    ];
 
     /// One pipeline that loads every script (after a NOSCRIPT: the server lost them all).
     pub(crate) fn load_all() -> redis::Pipeline {

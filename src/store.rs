@@ -455,39 +455,40 @@ impl LockStore {
         Ok(deleted == 1)
     }
 
-    /// Whether anyone holds the lock. A key of another type is an error, not "locked".
-    pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
-        let kind: String = self.run("is_locked", &keys.name, 1, |conn| {
-            redis::cmd("TYPE").arg(&*keys.name).query(conn)
+    /// Whether anyone holds the lock, and how many holds `owner` has. A key of another type,
+    /// or a hash of somebody's data, is [`Error::WrongType`], not "locked" (`INSPECT`).
+    fn inspect(
+        &self,
+        operation: &'static str,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<(bool, u32)> {
+        let (held, holds): (i64, i64) = self.run(operation, &keys.name, 1, |conn| {
+            self.scripts
+                .inspect
+                .key(&*keys.name)
+                .arg(owner)
+                .invoke(conn)
         })?;
-        match kind.as_str() {
-            "none" => Ok(false),
-            "hash" => Ok(true),
-            _ => Err(Error::WrongType {
-                name: keys.name.to_string(),
-            }),
-        }
+        let holds = u32::try_from(holds).map_err(|_| Error::WrongType {
+            name: keys.name.to_string(),
+        })?;
+        Ok((held == 1, holds))
+    }
+
+    /// Whether anyone holds the lock.
+    pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
+        Ok(self.inspect("is_locked", keys, "")?.0)
     }
 
     /// How many holds `owner` has (0 when none).
     pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
-        let count: Option<i64> = self.run("hold_count", &keys.name, 1, |conn| {
-            redis::cmd("HGET").arg(&*keys.name).arg(owner).query(conn)
-        })?;
-        let count = count.unwrap_or(0);
-        u32::try_from(count).map_err(|_| Error::WrongType {
-            name: keys.name.to_string(),
-        })
+        Ok(self.inspect("hold_count", keys, owner)?.1)
     }
 
     /// Whether `owner` holds the lock.
     pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
-        self.run("is_held_by_current_thread", &keys.name, 1, |conn| {
-            redis::cmd("HEXISTS")
-                .arg(&*keys.name)
-                .arg(owner)
-                .query(conn)
-        })
+        Ok(self.inspect("is_held_by_current_thread", keys, owner)?.1 > 0)
     }
 
     /// The lock's remaining lease; `None` when it is not held or has no expiry.

@@ -195,6 +195,15 @@ impl Shared {
             .collect()
     }
 
+    /// Wakes every waiter whose channel belongs to the master at `addr` to look again.
+    pub(crate) fn wake_waiters_of(&self, addr: &str) {
+        for (channel, waiters) in self.waited_channels() {
+            if self.master_of(&channel).as_deref() == Some(addr) {
+                waiters.release_all();
+            }
+        }
+    }
+
     /// Counts a message heard on `channel`.
     pub(crate) fn count_message(&self, channel: &str) {
         let mut counts = self.message_counts.lock();

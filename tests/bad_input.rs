@@ -236,8 +236,8 @@ fn a_key_that_is_not_a_lock_is_reported_and_left_alone() -> Result<()> {
 }
 
 /// A hash at the lock's name that is somebody's data (its fields are not hold counts, and it
-/// has no TTL) is reported as `WrongType` by the acquires and `force_unlock`, and left as it
-/// was: no lock waits for it without end, and nothing deletes or rewrites it.
+/// has no TTL) is reported as `WrongType` by the acquires, `force_unlock` and the inspection
+/// calls, and left as it was: no lock waits for it without end, and nothing deletes or rewrites it.
 #[test]
 fn a_hash_that_is_somebodys_data_is_reported_and_left_alone() -> Result<()> {
     let server = RedisServer::start();
@@ -265,6 +265,10 @@ fn a_hash_that_is_somebodys_data_is_reported_and_left_alone() -> Result<()> {
                     .unwrap_err(),
                 rw.write_lock().lock().map(drop).unwrap_err(),
                 lock.force_unlock().map(drop).unwrap_err(),
+                // The inspection calls say so too, rather than "locked, 0 holds".
+                lock.is_locked().map(drop).unwrap_err(),
+                lock.hold_count().map(drop).unwrap_err(),
+                lock.is_held_by_current_thread().map(drop).unwrap_err(),
             ]
         }
     });

@@ -236,13 +236,14 @@ fn acl_user(server: &RedisServer, name: &str, rules: &[&str]) -> String {
     format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
 }
 
-/// Invariant: a user without the right to PUBLISH or SUBSCRIBE on every lock channel and on
-/// the manager's control channel is refused by `build()`, with a message naming the missing
+/// Invariant: a user without the right to PUBLISH or SUBSCRIBE on the channels of every kind
+/// (lock, read-write lock, semaphore, count-down latch) and on the manager's control channel is
+/// refused by `build()`, with a message naming the missing
 /// right, instead of failing every final unlock and never being woken while waiting.
 #[test]
 fn an_acl_user_without_channel_rights_is_refused_at_build() {
     let server = RedisServer::start();
-    let cases: [(&str, &[&str], &str, &str); 5] = [
+    let cases: [(&str, &[&str], &str, &str); 6] = [
         // Redis 7's default for new users.
         (
             "nochannels",
@@ -273,9 +274,26 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
             "PUBLISH",
             "redisson_lock__channel:",
         ),
+        // The lock channels only: the other kinds' waiters would be woken by polling alone.
+        (
+            "locksonly",
+            &[
+                "resetchannels",
+                "&redisson_lock__channel:*",
+                "&redis_lock__control:*",
+            ],
+            "PUBLISH",
+            "redisson_rwlock:",
+        ),
         (
             "nocontrol",
-            &["resetchannels", "&redisson_lock__channel:*"],
+            &[
+                "resetchannels",
+                "&redisson_lock__channel:*",
+                "&redisson_rwlock:*",
+                "&redisson_sc:*",
+                "&redisson_countdownlatch__channel__*",
+            ],
             "PUBLISH",
             "redis_lock__control:",
         ),
@@ -314,6 +332,9 @@ fn an_acl_user_with_the_lock_channels_locks_waits_and_unlocks() -> Result<()> {
             &[
                 "resetchannels",
                 "&redisson_lock__channel:*",
+                "&redisson_rwlock:*",
+                "&redisson_sc:*",
+                "&redisson_countdownlatch__channel__*",
                 "&redis_lock__control:*",
             ],
         ),
@@ -333,6 +354,29 @@ fn an_acl_user_with_the_lock_channels_locks_waits_and_unlocks() -> Result<()> {
         // Woken by the release's message, not by the 30 s lease running out.
         let after = waiter.acquired_since(released);
         assert!(after < Duration::from_secs(10), "{user}: {after:?}");
+
+        // Another kind on its own channel: a semaphore's waiter is woken by the release too.
+        let semaphore = format!("fault:acl:{user}:permits");
+        assert!(holder.get_semaphore(&semaphore).try_set_permits(1)?);
+        let taken = holder.get_semaphore(&semaphore).acquire_guard(1)?;
+        let acquiring = {
+            let other = other.clone();
+            let semaphore = semaphore.clone();
+            std::thread::spawn(move || -> Result<Instant> {
+                other.get_semaphore(&semaphore).acquire(1)?;
+                Ok(Instant::now())
+            })
+        };
+        let channel = format!("redisson_sc:{{{semaphore}}}");
+        assert!(support::await_subscribers(&mut conn, &channel, 1));
+        let released = Instant::now();
+        taken.release()?;
+        let acquired = acquiring.join().expect("semaphore waiter")?;
+        let after = acquired.saturating_duration_since(released);
+        assert!(
+            after < Duration::from_secs(2),
+            "{user}: semaphore {after:?}"
+        );
     }
     Ok(())
 }

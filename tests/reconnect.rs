@@ -66,3 +66,48 @@ fn a_waiter_acquires_after_the_server_restarts_empty() -> Result<()> {
     );
     Ok(())
 }
+
+/// A single server dying under a blocked waiter is an error after the outage grace (one
+/// connect timeout), not a wait for the rest of the holder's lease: the listener's lost
+/// connection sends its waiters to look. (With Sentinel, `tests/sentinel.rs` shows a waiter
+/// riding out a failover instead.)
+#[test]
+fn a_waiter_reports_redis_down_after_the_outage_grace_not_the_holders_lease() -> Result<()> {
+    const LEASE: Duration = Duration::from_secs(60);
+    let mut server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?;
+    let waiter = LockManager::builder(&server.url())
+        .connect_timeout(Duration::from_secs(1))
+        .build()?;
+    let mut conn = server.conn();
+    let _guard = holder.lock_with_lease("reconnect", LEASE)?;
+
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || {
+            let outcome = waiter.lock("reconnect").map(drop);
+            done_tx.send(Instant::now()).expect("test alive");
+            outcome
+        })
+    };
+    assert!(support::await_subscribers(&mut conn, CHANNEL, 1));
+    drop(conn);
+
+    server.kill();
+    let killed = Instant::now();
+    let ended = done
+        .recv_timeout(LEASE)
+        .expect("lock() returned before the holder's lease ran out");
+    let err = waiting
+        .join()
+        .expect("waiter thread")
+        .expect_err("Redis is down");
+    assert!(err.is_connection_error(), "{err:?}");
+    let took = ended.saturating_duration_since(killed);
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?} to report Redis down (the holder's lease is {LEASE:?})"
+    );
+    Ok(())
+}

@@ -276,7 +276,9 @@ fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
 
 /// Whether to forward a signal: one sent by a process (`kill`) is meant for redis-lock alone
 /// and is passed on; one the kernel sent (Ctrl-C, a terminal hangup) went to the whole
-/// foreground process group, the child included, and is not sent to it a second time.
+/// foreground process group, the child included, and is not sent to it a second time. A
+/// process's signal to the whole group looks the same as one to redis-lock alone, so the child
+/// gets that one twice (docs/CLI.md says so, and how to avoid it).
 fn sent_by_a_process(origin: &Origin) -> bool {
     origin.cause != Cause::Kernel
 }
