@@ -76,7 +76,8 @@ pub(crate) fn check_wait(wait: Duration) -> Result<()> {
             "wait",
             format!(
                 "{wait:?} is longer than the maximum of {MAX_WAIT_MILLIS} ms; to wait without \
-                 limit, use the call without a wait (`lock()`, `acquire()`)"
+                 limit, use the call that takes no wait where there is one (`lock()`, \
+                 `acquire()`), or wait again"
             ),
         ));
     }

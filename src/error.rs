@@ -69,7 +69,9 @@ pub enum Error {
     Timeout {
         /// What timed out.
         operation: &'static str,
-        /// How long was waited.
+        /// How long the command that timed out was waited for, retries on a new connection
+        /// included; zero where that is not known (the message then gives no duration). A
+        /// blocking call's own wait comes on top.
         after: Duration,
     },
     /// No replica acknowledged an acquire within the replica sync timeout although the master
@@ -210,6 +212,9 @@ impl fmt::Display for Error {
             Error::ThreadSpawn { source } => {
                 write!(f, "cannot start a background thread: {source}")
             }
+            Error::Timeout { operation, after } if after.is_zero() => {
+                write!(f, "{operation} timed out")
+            }
             Error::Timeout { operation, after } => {
                 write!(f, "{operation} timed out after {after:?}")
             }
@@ -268,4 +273,23 @@ fn shorten(name: &str) -> String {
         end -= 1;
     }
     format!("{:?}... ({} bytes)", &name[..end], name.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_gives_its_duration_only_when_known() {
+        let known = Error::Timeout {
+            operation: "acquire",
+            after: Duration::from_millis(3104),
+        };
+        assert_eq!(known.to_string(), "acquire timed out after 3.104s");
+        let unknown = Error::Timeout {
+            operation: "renew",
+            after: Duration::ZERO,
+        };
+        assert_eq!(unknown.to_string(), "renew timed out");
+    }
 }

@@ -975,7 +975,8 @@ impl Failed {
 }
 
 impl Error {
-    /// A timeout error reports how long the whole call took.
+    /// A timeout error reports how long this store call took (routing, the command, any retry
+    /// on a new connection), not the caller's wait before it.
     fn timed(self, started: Instant) -> Self {
         match self {
             Error::Timeout { operation, .. } => Error::Timeout {

@@ -370,6 +370,15 @@ fn bad_arguments_exit_64_and_no_redis_69() {
     };
     usage(&["run", "x", "--wait", "5y", "--", "true"], "unknown unit");
     usage(&["run", "x", "--wait", "soon", "--", "true"], "500ms, 10s");
+    // A negative number is a refused value, not an option with clap's tip to write `-- -1`.
+    usage(
+        &["run", "x", "--wait", "-1", "--", "true"],
+        "does not start with a number",
+    );
+    usage(
+        &["run", "x", "--conflict-exit-code", "-1", "--", "true"],
+        "not in 0..=255",
+    );
     usage(
         &["run", "x", "--lease", "0", "--", "true"],
         "more than zero",

@@ -139,7 +139,9 @@ struct RunArgs {
 
     /// Wait at most this long for the lock (0: one attempt); then exit with the conflict
     /// code. Default: wait as long as it takes.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    // A negative value is taken as the value, and refused by the parser, rather than as an
+    // option whose tip (`-- -1`) would make it the command.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true)]
     wait: Option<Duration>,
 
     /// A fixed lease instead of the watchdog: the lock expires this long after it was
@@ -163,7 +165,12 @@ struct RunArgs {
     fenced: bool,
 
     /// Exit code when the lock was not acquired within --wait (flock's -E).
-    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = exit::CONFLICT,
+        allow_negative_numbers = true
+    )]
     conflict_exit_code: u8,
 
     /// What the command gets when the lock is lost while it runs.
