@@ -17,15 +17,16 @@ use crate::store::LockStore;
 
 /// How to grant what the locks need, for the error message.
 const GRANT: &str = "grant the rights with `ACL SETUSER <user> +publish +subscribe \
-                     &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
+                     +unsubscribe &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
                      &redisson_countdownlatch__channel__* &redis_lock__control:*` (or \
-                     `allchannels` for the channels)";
+                     `allchannels` for the channels; on a cluster with sharded pub/sub also \
+                     +spublish +ssubscribe +sunsubscribe)";
 
 /// Checks that the user of `store`'s connections may PUBLISH and SUBSCRIBE on the channels of
-/// every kind the manager serves: the lock's and fair lock's (`redisson_lock__channel:{<name>}`,
-/// also with an owner after it), the read-write lock's (`redisson_rwlock:{<name>}`), the
-/// semaphore's (`redisson_sc:{<name>}`), the count-down latch's
-/// (`redisson_countdownlatch__channel__{<name>}`), and the manager's control channel
+/// every kind the manager serves: the lock's (`redisson_lock__channel:{<name>}`) and a fair
+/// lock waiter's (the same with `:<owner>` after it), the read-write lock's
+/// (`redisson_rwlock:{<name>}`), the semaphore's (`redisson_sc:{<name>}`), the count-down
+/// latch's (`redisson_countdownlatch__channel__{<name>}`), and the manager's control channel
 /// (`redis_lock__control:{<client_id>}`). Fails with [`Error::Connect`] naming the refused
 /// right; other errors (Redis down, timeouts) are returned as they are. A manager serves every
 /// kind through one handle, so a right missing for one kind is found here rather than as
@@ -43,6 +44,8 @@ pub(crate) fn check_channel_rights(
     let control_channel = format!("redis_lock__control:{{{client_id}}}");
     let channels = [
         probe.channel(),
+        // A fair lock's waiter hears on a channel of its own, past the lock's.
+        probe.waiter_channel("rights-check"),
         probe.rwlock_channel(),
         names::semaphore_channel(&probe.name),
         names::count_down_latch_channel(&probe.name),

@@ -217,6 +217,10 @@ impl LockManagerBuilder {
 
     /// How long opening one connection (TCP, TLS, authentication) may take.
     ///
+    /// It is also how long a thread already waiting for a lock rides out Redis refusing
+    /// connections (a restart) before it reports the outage: a waiter on a single server is
+    /// woken when the pub/sub connection drops, and fails after this long if Redis is not back.
+    ///
     /// Defaults to 5 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;

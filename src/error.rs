@@ -45,8 +45,9 @@ pub enum Error {
         /// The error from Redis or from the connection.
         source: redis::RedisError,
     },
-    /// A key with the lock's name exists but is not a lock (not a hash), or, for a semaphore or
-    /// a count-down latch, not a string holding an integer. It was left untouched.
+    /// A key with the lock's name exists but is not a lock (not a hash, or a hash without TTL
+    /// whose fields are not hold counts: somebody's data), or, for a semaphore or a count-down
+    /// latch, not a string holding an integer. It was left untouched.
     WrongType {
         /// The lock name.
         name: String,
@@ -200,8 +201,9 @@ impl fmt::Display for Error {
             Error::Redis { operation, source } => write!(f, "{operation} failed: {source}"),
             Error::WrongType { name } => write!(
                 f,
-                "key {} exists but is not a lock of this kind (a lock is a hash; a semaphore or \
-                 a count-down latch, a string holding an integer); it was left untouched",
+                "key {} exists but is not a lock of this kind (a lock is a hash of hold counts; \
+                 a semaphore or a count-down latch, a string holding an integer); it was left \
+                 untouched",
                 shorten(name)
             ),
             Error::NotHeld { name } => write!(

@@ -98,15 +98,26 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
                 shared.resync();
                 return;
             }
+            Ok(Served::Silent) => {
+                log::warn!("pub/sub connection to {addr} stopped answering; reconnecting");
+                // The waiters are not woken: their attempts would only time out against a
+                // frozen server (a timeout is reported at once, not ridden out), and a server
+                // that comes back meanwhile lets them acquire as before.
+                if !is_master(shared, addr, true) {
+                    shared.resync();
+                    return;
+                }
+            }
             Err(err) => {
                 log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
                 // Its waiters sleep until an unlock message or their holder's TTL, which may
                 // be minutes away. On a single server they look now, so that Redis being down
-                // reaches them as an error after the outage grace (one connect timeout), not
-                // after the lease. With Sentinel or a cluster a lost master is most likely a
-                // failover under way, which takes longer than that grace: they go on waiting
-                // and look when this listener (or the new master's) subscribes again.
-                if !shared.store.topology().follows_failovers() {
+                // (the connection dropped, refused) reaches them as an error after the outage
+                // grace (one connect timeout), not after the lease. With Sentinel or a cluster
+                // a lost master is most likely a failover under way, which takes longer than
+                // that grace: they go on waiting and look when this listener (or the new
+                // master's) subscribes again.
+                if !shared.store.topology().follows_failovers() && err.is_connection_dropped() {
                     shared.wake_waiters_of(addr);
                 }
                 // Its master may have failed over: the waiters' channels may be elsewhere now.
@@ -137,6 +148,9 @@ enum Served {
     Shutdown,
     /// The server is no longer a master.
     Retired,
+    /// The connection stayed open but the server stopped answering (frozen, or a network
+    /// that drops packets): reconnect, without waking the waiters (see `listen`).
+    Silent,
 }
 
 /// One connection's worth of listening.
@@ -225,10 +239,7 @@ impl Listener<'_> {
                         self.send(conn, "SUBSCRIBE", self.control)?;
                         checked = true;
                     } else if checked && idle >= CHECK_AFTER + self.shared.response_timeout {
-                        return Err(redis::RedisError::from((
-                            redis::ErrorKind::Io,
-                            "the pub/sub connection stopped answering",
-                        )));
+                        return Ok(Served::Silent);
                     }
                 }
                 Err(err) => return Err(err),

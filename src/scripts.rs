@@ -84,7 +84,7 @@ pub(crate) use replay_lock_reply;
 /// Lua: `not_a_lock(key)`, whether the hash at `key` is somebody's data rather than a lock:
 /// every field of a lock (of any kind, Redisson's or ours) but a read-write lock's `mode`
 /// holds a hold count. Runs only where a lock could not be (a hash without TTL, a force
-/// unlock), never on the way of an acquire that works. Reads the hash 100 fields at a time
+/// unlock, an inspection of a hash without TTL), never on the way of an acquire that works. Reads the hash 100 fields at a time
 /// (HSCAN), so a large data hash is told from a lock by its first page, not read whole.
 macro_rules! not_a_lock_fn {
     () => {
@@ -306,10 +306,11 @@ return 0
 
 /// `KEYS[1]` lock key. `ARGV[1]` owner field. Replies `{held, holds}`: `held` 1 when anyone
 /// holds the lock, 0 when the key is absent; `holds` the owner's hold count (0 when none).
-/// A key that is not a hash, or a hash whose fields are not hold counts (`not_a_lock`), is
-/// refused with WRONGTYPE: it is somebody's data, not a held lock. For the inspection calls
-/// (`Lock::is_locked`, `hold_count`, `is_held_by_current_thread`), which would otherwise call
-/// such a hash locked.
+/// A key that is not a hash, or a hash without TTL whose fields are not hold counts
+/// (`not_a_lock`), is refused with WRONGTYPE: it is somebody's data, not a held lock. For the
+/// inspection calls (`Lock::is_locked`, `hold_count`, `is_held_by_current_thread`), which would
+/// otherwise call such a hash locked. As in the acquires, a hash with a TTL is taken for a
+/// holder without reading it (a lock always has one): a large read-write lock costs no scan.
 pub const INSPECT: &str = concat!(
     not_a_lock_fn!(),
     r#"
@@ -320,7 +321,7 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
 end
-if not_a_lock(KEYS[1]) then
+if redis.call('pttl', KEYS[1]) == -1 and not_a_lock(KEYS[1]) then
     "#,
     refuse_data_hash!(),
     r#"

@@ -243,7 +243,7 @@ fn acl_user(server: &RedisServer, name: &str, rules: &[&str]) -> String {
 #[test]
 fn an_acl_user_without_channel_rights_is_refused_at_build() {
     let server = RedisServer::start();
-    let cases: [(&str, &[&str], &str, &str); 6] = [
+    let cases: [(&str, &[&str], &str, &str); 7] = [
         // Redis 7's default for new users.
         (
             "nochannels",
@@ -285,6 +285,20 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
             "PUBLISH",
             "redisson_rwlock:",
         ),
+        // Lock channels with nothing after the name: a fair lock's waiter channel has more.
+        (
+            "nofair",
+            &[
+                "resetchannels",
+                "&redisson_lock__channel:{*}",
+                "&redisson_rwlock:*",
+                "&redisson_sc:*",
+                "&redisson_countdownlatch__channel__*",
+                "&redis_lock__control:*",
+            ],
+            "PUBLISH",
+            "redisson_lock__channel:",
+        ),
         (
             "nocontrol",
             &[
@@ -310,6 +324,9 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
             "{user}: {text}"
         );
         assert!(text.contains("ACL SETUSER"), "{user}: {text}");
+        if user == "nofair" {
+            assert!(text.contains("}:rights-check\""), "{user}: {text}");
+        }
         assert!(!text.contains(":pw@"), "{user}: {text}");
     }
     // Nothing of the refused managers is left subscribed.

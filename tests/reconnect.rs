@@ -111,3 +111,31 @@ fn a_waiter_reports_redis_down_after_the_outage_grace_not_the_holders_lease() ->
     );
     Ok(())
 }
+
+/// A server that stops answering (frozen) but keeps its connections is not "down": the
+/// listener reconnects without waking the waiters, whose attempts would only time out, and a
+/// waiter blocked through the freeze acquires once the server is back and the lock released.
+#[test]
+fn a_waiter_rides_out_a_frozen_server() -> Result<()> {
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?;
+    let waiter = LockManager::builder(&server.url())
+        .response_timeout(Duration::from_secs(1))
+        .build()?;
+    let mut conn = server.conn();
+    let guard = holder.lock_with_lease("reconnect", Duration::from_secs(60))?;
+    let waiting = support::Waiter::spawn(&waiter, "reconnect");
+    assert!(support::await_subscribers(&mut conn, CHANNEL, 1));
+    drop(conn);
+
+    // Longer than the listener's liveness check (5 s without traffic, then one response
+    // timeout): it gives the connection up while the server is frozen.
+    server.freeze();
+    std::thread::sleep(Duration::from_secs(8));
+    server.thaw();
+    let released = Instant::now();
+    guard.unlock()?;
+    let took = waiting.acquired_since(released);
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    Ok(())
+}

@@ -75,7 +75,7 @@ impl Failure {
         if err.code() == Some("WRONGTYPE") {
             Failure::new(
                 DATA,
-                format!("key {name:?} exists but is not a lock (not a hash)"),
+                format!("key {name:?} exists but is not a lock (not a hash of hold counts)"),
             )
         } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
             Failure::new(USAGE, format!("invalid Redis URL: {err}"))
