@@ -143,9 +143,9 @@
 //! and [`build`](LockManagerBuilder::build) reports bad values as errors. Leases and timeouts
 //! are at most 100 years, waits at most 2^52 ms. `build` also checks that the Redis user may
 //! PUBLISH and SUBSCRIBE on the channels of every kind (Redis 7 ACL users get no channel
-//! rights by default) and fails with [`Error::Connect`] naming the missing right. See [`LockManager`] for
-//! the threads and connections a manager owns, how clones share them, and why a manager must
-//! not be used after `fork()` ([`Error::Forked`]).
+//! rights by default) and fails with [`Error::Connect`] naming the missing right. See
+//! [`LockManager`] for the threads and connections a manager owns, how clones share them, and
+//! why a manager must not be used after `fork()` ([`Error::Forked`]).
 //!
 //! # Sentinel and Cluster
 //!

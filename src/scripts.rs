@@ -84,8 +84,9 @@ pub(crate) use replay_lock_reply;
 /// Lua: `not_a_lock(key)`, whether the hash at `key` is somebody's data rather than a lock:
 /// every field of a lock (of any kind, Redisson's or ours) but a read-write lock's `mode`
 /// holds a hold count. Runs only where a lock could not be (a hash without TTL, a force
-/// unlock, an inspection of a hash without TTL), never on the way of an acquire that works. Reads the hash 100 fields at a time
-/// (HSCAN), so a large data hash is told from a lock by its first page, not read whole.
+/// unlock, an inspection of a hash without TTL), never on the way of an acquire that works.
+/// Reads the hash 100 fields at a time (HSCAN), so a large data hash is told from a lock by its
+/// first page, not read whole.
 macro_rules! not_a_lock_fn {
     () => {
         r#"

@@ -141,7 +141,12 @@ struct RunArgs {
     /// code. Default: wait as long as it takes.
     // A negative value is taken as the value, and refused by the parser, rather than as an
     // option whose tip (`-- -1`) would make it the command.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration::parse,
+        allow_negative_numbers = true
+    )]
     wait: Option<Duration>,
 
     /// A fixed lease instead of the watchdog: the lock expires this long after it was
