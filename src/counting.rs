@@ -48,7 +48,7 @@ pub(crate) fn wait_on_channel(
         match attempt() {
             Ok(true) => return Ok(true),
             Ok(false) => down_since = None,
-            Err(err) if err.is_connection_error() => {
+            Err(err) if err.is_outage() => {
                 let since = *down_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= outage_grace {
                     return Err(err);

@@ -470,9 +470,10 @@ impl Engine {
             }
             yielding = Some(hold_back.messages_expected);
         }
-        // A waiter rides out a short outage (a restart, a failover): for up to one connect
-        // timeout after Redis stopped answering it keeps waiting, woken when the listener is
-        // back; past that the outage is reported. Redis down for good is still an error.
+        // A waiter rides out a short outage (a restart, its data loading back, a failover):
+        // for up to one connect timeout after Redis stopped answering it keeps waiting, woken
+        // when the listener is back; past that the outage is reported. Redis down for good is
+        // still an error.
         let outage_grace = self.config.connect_timeout;
         let mut down_since: Option<Instant> = None;
         loop {
@@ -494,7 +495,7 @@ impl Engine {
                     down_since = None;
                     ttl
                 }
-                Err(err) if err.is_connection_error() => {
+                Err(err) if err.is_outage() => {
                     let since = *down_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= outage_grace {
                         return Err(err);

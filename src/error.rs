@@ -136,6 +136,13 @@ impl Error {
         }
     }
 
+    /// Redis is away for a while: unreachable, or answering LOADING while it reads its data
+    /// back after a restart. A thread already waiting rides this out for the outage grace.
+    pub(crate) fn is_outage(&self) -> bool {
+        self.is_connection_error()
+            || matches!(self, Error::Redis { source, .. } if source.code() == Some("LOADING"))
+    }
+
     /// No replica acknowledged an acquire in time; it was rolled back (see
     /// [`Error::NotReplicated`]).
     pub fn is_not_replicated(&self) -> bool {

@@ -139,3 +139,36 @@ fn a_waiter_rides_out_a_frozen_server() -> Result<()> {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     Ok(())
 }
+
+/// A restart that reads its data back (an RDB here) answers LOADING for a while: a waiter
+/// rides that out within the outage grace, as it does the refused connections before it, and
+/// acquires once the lock is released.
+#[test]
+fn a_waiter_rides_out_a_restart_that_loads_its_data() -> Result<()> {
+    let mut server = RedisServer::start();
+    let mut conn = server.conn();
+    // Enough data that loading it back takes a while (about a second on a 2-core machine),
+    // several times the 100 ms between a waiter's attempts during an outage.
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(2_000_000)
+        .query(&mut conn)
+        .expect("DEBUG POPULATE");
+    let holder = LockManager::new(&server.url())?;
+    let waiter = LockManager::builder(&server.url())
+        .connect_timeout(Duration::from_secs(20))
+        .build()?;
+    let guard = holder.lock_with_lease("reconnect", Duration::from_secs(60))?;
+    let waiting = support::Waiter::spawn(&waiter, "reconnect");
+    assert!(support::await_subscribers(&mut conn, CHANNEL, 1));
+    // The lock is saved with the data, and is held again once the server is back.
+    let _: () = redis::cmd("SAVE").query(&mut conn).expect("SAVE");
+    drop(conn);
+
+    server.restart();
+    let released = Instant::now();
+    guard.unlock()?;
+    let took = waiting.acquired_since(released);
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    Ok(())
+}
