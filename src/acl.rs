@@ -94,10 +94,14 @@ pub(crate) fn check_subscribe(
     };
     conn.set_read_timeout(Some(response_timeout))
         .map_err(probe_error)?;
+    // Every SUBSCRIBE in one write; the replies come back in the same order.
+    let mut commands = Vec::new();
     for channel in channels {
-        let command = redis::cmd("SUBSCRIBE").arg(channel).get_packed_command();
-        conn.send_packed_command(&command).map_err(probe_error)?;
-        store.counters.sent(1);
+        commands.extend(redis::cmd("SUBSCRIBE").arg(channel).get_packed_command());
+    }
+    conn.send_packed_command(&commands).map_err(probe_error)?;
+    store.counters.sent(channels.len() as u64);
+    for channel in channels {
         match conn.recv_response().map_err(probe_error)? {
             Value::ServerError(err) => {
                 let source = RedisError::from(err);

@@ -91,7 +91,7 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
         let served = listener.serve(&mut conn, inbox);
         // The server dropped every subscription of the connection with it.
         listener.forget_subscriptions();
-        match served {
+        let dropped = match served {
             Ok(Served::Shutdown) => return,
             Ok(Served::Retired) => {
                 log::info!("pub/sub listener for {addr}: no longer a master; stopping");
@@ -100,32 +100,28 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
             }
             Ok(Served::Silent) => {
                 log::warn!("pub/sub connection to {addr} stopped answering; reconnecting");
-                // The waiters are not woken: their attempts would only time out against a
-                // frozen server (a timeout is reported at once, not ridden out), and a server
-                // that comes back meanwhile lets them acquire as before.
-                if !is_master(shared, addr, true) {
-                    shared.resync();
-                    return;
-                }
+                false
             }
             Err(err) => {
                 log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
-                // Its waiters sleep until an unlock message or their holder's TTL, which may
-                // be minutes away. On a single server they look now, so that Redis being down
-                // (the connection dropped, refused) reaches them as an error after the outage
-                // grace (one connect timeout), not after the lease. With Sentinel or a cluster
-                // a lost master is most likely a failover under way, which takes longer than
-                // that grace: they go on waiting and look when this listener (or the new
-                // master's) subscribes again.
-                if !shared.store.topology().follows_failovers() && err.is_connection_dropped() {
-                    shared.wake_waiters_of(addr);
-                }
-                // Its master may have failed over: the waiters' channels may be elsewhere now.
-                if !is_master(shared, addr, true) {
-                    shared.resync();
-                    return;
-                }
+                err.is_connection_dropped()
             }
+        };
+        // Its waiters sleep until an unlock message or their holder's TTL, which may be
+        // minutes away. On a single server whose connection dropped (or was refused) they look
+        // now, so that Redis being down reaches them as an error after the outage grace (one
+        // connect timeout), not after the lease. Not after a frozen server went silent: their
+        // attempts would only time out (a timeout is reported at once, not ridden out), and a
+        // server that comes back lets them acquire as before. With Sentinel or a cluster a lost
+        // master is most likely a failover under way, which takes longer than that grace: they
+        // go on waiting and look when this listener (or the new master's) subscribes again.
+        if dropped && !shared.store.topology().follows_failovers() {
+            shared.wake_waiters_of(addr);
+        }
+        // Its master may have failed over: the waiters' channels may be elsewhere now.
+        if !is_master(shared, addr, true) {
+            shared.resync();
+            return;
         }
     }
 }

@@ -199,37 +199,52 @@ fn a_connect_interrupted_by_a_stop_and_continue_of_the_process_is_made_again() {
     );
 }
 
-/// Builds a manager through a proxy that holds back the builder's request containing `held`,
-/// stops and continues this process while the builder waits for that reply, lets the request
-/// through, and checks that `build()` (and a lock) then succeeded and that `logged_line` shows
-/// the interrupt (else the stop came at another moment and the run proved nothing).
+/// Runs `op` on a thread of its own while `proxy` holds back every request containing `held`,
+/// stops and continues this process while `op` waits for that request's reply, lets the
+/// requests through, and returns what `op` returned and how long it took from then. Fails
+/// unless `logged_line` shows the interrupt (else the stop came at another moment and the run
+/// proved nothing).
+fn through_a_stop_at<T: Send + 'static>(
+    proxy: &support::proxy::Proxy,
+    held: &[u8],
+    logged_line: &str,
+    op: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    proxy.hold_requests_containing(held);
+    let (running, tid) = spawn_with_id(op);
+    assert!(
+        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
+        "{} was never sent",
+        String::from_utf8_lossy(held)
+    );
+    await_blocked(&tid);
+    stop_and_continue_this_process();
+    let released = Instant::now();
+    proxy.release_requests();
+    let outcome = running.join().expect("the thread");
+    let took = released.elapsed();
+    assert!(
+        was_logged(logged_line),
+        "the stop did not interrupt the held request, so this run proved nothing; logged: {:?}",
+        logged()
+    );
+    (outcome, took)
+}
+
+/// Builds a manager (and takes a lock) through a proxy, with the stop coming while the builder
+/// waits for the reply to its request containing `held`; `build()` must then succeed.
 fn build_through_a_stop_at(held: &[u8], logged_line: &str) {
     let server = RedisServer::start();
     let proxy = support::proxy::Proxy::start(server.port());
-    proxy.hold_requests_containing(held);
     let url = proxy.url();
-    let (building, tid) = spawn_with_id(move || -> Result<()> {
+    let (built, _) = through_a_stop_at(&proxy, held, logged_line, move || -> Result<()> {
         let manager = patient_manager(&url)?;
         let guard = manager.lock("after-an-interrupted-build")?;
         guard.unlock()
     });
     assert!(
-        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
-        "the builder never sent {}",
-        String::from_utf8_lossy(held)
-    );
-    await_blocked(&tid);
-    stop_and_continue_this_process();
-    proxy.release_requests();
-    let built = building.join().expect("the building thread");
-    assert!(
         built.is_ok(),
         "build() failed after the stop: {built:?}; logged: {:?}",
-        logged()
-    );
-    assert!(
-        was_logged(logged_line),
-        "the stop did not interrupt the held request, so this run proved nothing; logged: {:?}",
         logged()
     );
 }
@@ -253,31 +268,17 @@ fn the_subscribe_rights_check_interrupted_by_a_stop_and_continue_is_made_again()
     );
 }
 
-/// Runs `op` on a thread of its own while `proxy` holds back every `WAIT`, stops and continues
-/// this process while `op` waits for its WAIT's reply, lets the WAITs through, and returns what
-/// `op` returned and how long it took from then. Fails unless the stop interrupted the WAIT.
+/// [`through_a_stop_at`] a `WAIT`.
 fn through_a_stop_at_wait<T: Send + 'static>(
     proxy: &support::proxy::Proxy,
     op: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
-    proxy.hold_requests_containing(b"WAIT");
-    let (running, tid) = spawn_with_id(op);
-    assert!(
-        support::eventually(Duration::from_secs(30), || proxy.held() >= 1),
-        "the acquire never sent its WAIT"
-    );
-    await_blocked(&tid);
-    stop_and_continue_this_process();
-    let released = Instant::now();
-    proxy.release_requests();
-    let outcome = running.join().expect("the thread");
-    let took = released.elapsed();
-    assert!(
-        was_logged("waiting for WAIT's reply was interrupted"),
-        "the stop did not interrupt the WAIT, so this run proved nothing; logged: {:?}",
-        logged()
-    );
-    (outcome, took)
+    through_a_stop_at(
+        proxy,
+        b"WAIT",
+        "waiting for WAIT's reply was interrupted",
+        op,
+    )
 }
 
 /// Replica sync's `WAIT` is asked again on the same connection (with a 1 ms timeout, as the
