@@ -40,6 +40,7 @@ fn uncontended(c: &mut Criterion) {
             let held_by: Option<i64> = acquire
                 .key("bench:raw")
                 .key("redis_lock__attempt:{bench:raw}:00000000-0000-0000-0000-000000000000:1")
+                .key("redis_lock__waiters:{bench:raw}")
                 .arg(30_000)
                 .arg("00000000-0000-0000-0000-000000000000:1")
                 .arg(request) // the attempt id: a new one per attempt
@@ -51,6 +52,7 @@ fn uncontended(c: &mut Criterion) {
                 .key("bench:raw")
                 .key("redisson_lock__channel:{bench:raw}")
                 .key(format!("redisson_unlock_latch:{{bench:raw}}:{request}"))
+                .key("redis_lock__waiters:{bench:raw}")
                 // The previous call's latch, deleted by this one, as the lock's releases do.
                 .key(format!(
                     "redisson_unlock_latch:{{bench:raw}}:{}",
@@ -64,6 +66,8 @@ fn uncontended(c: &mut Criterion) {
                 .arg(0) // no listener of our own
                 .arg("") // no handoff
                 .arg(0)
+                .arg(0) // not listening
+                .arg("numsub") // looks for registered waiters, as the lock's releases do
                 .invoke(&mut raw)
                 .expect("raw release");
             assert_eq!(released, Some(1));

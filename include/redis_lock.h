@@ -190,6 +190,15 @@ typedef struct {
    * Releases that left the lock free because other clients were waiting for it.
    */
   uint64_t yields;
+  /**
+   * Releases that granted the lock to a waiting client of this library elsewhere, in the
+   * same script call.
+   */
+  uint64_t grants_given;
+  /**
+   * Acquisitions granted by another client's release, taken without a request of their own.
+   */
+  uint64_t grants_taken;
 } redis_lock_stats;
 
 #ifdef __cplusplus

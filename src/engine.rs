@@ -12,8 +12,12 @@
 //! A lock kind is what [`LockKind`] says: how one attempt and one release are done and where
 //! releases are announced. Everything else is shared.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::attempt_id::AttemptId;
 use crate::clock::BootInstant;
@@ -28,8 +32,8 @@ use crate::names::LockKeys;
 use crate::options::Request;
 use crate::owner::{current_thread_number, owner_field};
 use crate::stats::Stats;
-use crate::store::{Attempt, LockStore, Release};
-use crate::subscriber::Subscriber;
+use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
+use crate::subscriber::{Subscriber, Subscription};
 use crate::watchdog::Watchdog;
 
 /// How long to sleep between attempts when the holder's key has no TTL at all (a foreign
@@ -69,6 +73,41 @@ pub(crate) struct Engine {
     /// The process that made the engine: its connections, client id and thread numbers are
     /// that process's, so a forked child must not use them.
     origin: Origin,
+    unknown_grants: UnknownGrants,
+}
+
+/// Waits that ended without learning whether a release had granted them the lock (leaving
+/// the waiters failed), by lock name and thread: that thread's next acquire of the lock
+/// takes such a grant instead of re-entering it (docs/DESIGN.md, "Grants").
+#[derive(Default)]
+struct UnknownGrants {
+    /// How many there are, read on every acquire without taking the lock.
+    count: AtomicUsize,
+    waits: Mutex<HashMap<(Box<str>, u64), u64>>,
+}
+
+/// At most this many unknown grants are remembered (each expires in Redis with its lease).
+const UNKNOWN_GRANTS_KEPT: usize = 1024;
+
+impl UnknownGrants {
+    fn put(&self, keys: &LockKeys, thread: u64, number: u64) {
+        let mut waits = self.waits.lock();
+        if waits.len() >= UNKNOWN_GRANTS_KEPT {
+            waits.clear();
+        }
+        waits.insert((keys.name.clone(), thread), number);
+        self.count.store(waits.len(), Ordering::Relaxed);
+    }
+
+    fn take(&self, keys: &LockKeys, thread: u64) -> Option<u64> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut waits = self.waits.lock();
+        let number = waits.remove(&(keys.name.clone(), thread));
+        self.count.store(waits.len(), Ordering::Relaxed);
+        number
+    }
 }
 
 /// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
@@ -82,6 +121,12 @@ struct Attempter<'a> {
     id: AttemptId,
     sent: BootInstant,
     token: Option<u64>,
+    /// This wait's number while it is registered for grants (docs/DESIGN.md, "Grants"), and
+    /// the control channel that tells a release its manager still listens.
+    waiting: Option<(u64, String)>,
+    /// The number of an earlier wait of this thread that may have been granted the lock
+    /// without learning of it: attempts take such a grant instead of re-entering it.
+    absorb: Option<u64>,
 }
 
 impl Attempter<'_> {
@@ -92,6 +137,22 @@ impl Attempter<'_> {
             fenced: self.request.fenced,
             wait_ms: self.request.wait_ms,
             attempt_id: self.id.current(),
+            waiting: match (&self.waiting, self.absorb) {
+                (Some((number, control)), _) => Some(Waiting {
+                    number: *number,
+                    left_ms: self.request.deadline.map(|deadline| {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                    }),
+                    control: Some(control.clone()),
+                }),
+                (None, Some(number)) => Some(Waiting {
+                    number,
+                    left_ms: None,
+                    control: None,
+                }),
+                (None, None) => None,
+            },
         }
     }
 
@@ -129,7 +190,7 @@ impl Attempter<'_> {
             self.keys,
             &self.owner,
             self.request.lease_ms,
-            0,
+            Listeners::default(),
             None,
         ) {
             Ok(_) => log::warn!(
@@ -182,6 +243,7 @@ impl Engine {
             client_id,
             config,
             origin: Origin::current(),
+            unknown_grants: UnknownGrants::default(),
         })
     }
 
@@ -305,6 +367,8 @@ impl Engine {
             id: AttemptId::new(),
             sent: BootInstant::now(),
             token: None,
+            waiting: None,
+            absorb: self.unknown_grants.take(keys, thread),
         };
         if !kind.uses_line() {
             // Order is Redis' business (a fair queue) or holds are shared (readers): every
@@ -470,6 +534,69 @@ impl Engine {
             }
             yielding = Some(hold_back.messages_expected);
         }
+        if kind.grants()
+            && !request.fenced
+            && self.store.grants_possible()
+            && !self.store.waits_for_replicas(&keys.name)
+        {
+            // Registered by the attempts below, so that a release elsewhere may grant the lock
+            // to this wait (a fenced acquire needs its own token, and with replica sync only
+            // the acquiring thread's attempt waits for the replicas).
+            if let Some(control) = self.subscriber.control_channel_of(&channel) {
+                attempter.waiting = Some((wait_number(), control));
+            }
+        }
+        let outcome =
+            self.wait_in_redis(keys, request, &subscription, &channel, yielding, attempter);
+        let Some((number, _)) = attempter.waiting else {
+            return outcome;
+        };
+        if matches!(outcome, Ok(true)) {
+            return outcome;
+        }
+        // Out of the registration, unless a release granted the lock meanwhile: then it is
+        // ours, with its lease counted from this call.
+        let sent = BootInstant::now();
+        match self
+            .store
+            .stop_waiting(keys, &attempter.owner, number, request.lease_ms)
+        {
+            Ok(true) => {
+                attempter.sent = sent;
+                attempter.token = None;
+                Ok(true)
+            }
+            Ok(false) => outcome,
+            Err(err) => {
+                log::warn!(
+                    "lock {:?}: leaving the waiters failed ({err}); the registration expires by \
+                     itself",
+                    keys.name
+                );
+                // A grant may have come that this thread never learns of: its next acquire
+                // of the lock takes it rather than counting a second hold on top.
+                self.unknown_grants
+                    .put(keys, current_thread_number(), number);
+                outcome
+            }
+        }
+    }
+
+    /// The loop of [`contend`](Self::contend) once subscribed: attempt, and sleep until a
+    /// release message, a grant to this wait, or the holder's TTL.
+    fn wait_in_redis(
+        &self,
+        keys: &LockKeys,
+        request: &Request,
+        subscription: &Subscription,
+        channel: &str,
+        mut yielding: Option<u64>,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<bool> {
+        let deadline = request.deadline;
+        // A grant can only follow this wait's first registration: its lease counts from no
+        // earlier than this.
+        let registered_from = BootInstant::now();
         // A waiter rides out a short outage (a restart, its data loading back, a failover):
         // for up to one connect timeout after Redis stopped answering it keeps waiting, woken
         // when the listener is back; past that the outage is reported. Redis down for good is
@@ -483,7 +610,7 @@ impl Engine {
                     if let Some(expected) = yielding {
                         // Free after the window: nobody came, unless someone took it and
                         // let it go meanwhile (their unlock message says so).
-                        let released_meanwhile = self.subscriber.message_count(&channel) > expected;
+                        let released_meanwhile = self.subscriber.message_count(channel) > expected;
                         self.line.yield_outcome(!released_meanwhile);
                     }
                     return Ok(true);
@@ -517,6 +644,19 @@ impl Engine {
                 sleep = sleep.min(deadline - now);
             }
             subscription.wait(sleep);
+            if let Some((number, _)) = attempter.waiting {
+                // Taken without asking while most of its lease is surely left; otherwise the
+                // next attempt finds the grant and counts the lease from its own send.
+                let lease = Duration::from_millis(request.lease_ms);
+                if subscription.take_grant(number)
+                    && BootInstant::now().saturating_since(registered_from) < lease / 2
+                {
+                    attempter.sent = registered_from;
+                    attempter.token = None;
+                    self.store.counters.grant_taken();
+                    return Ok(true);
+                }
+            }
         }
     }
 
@@ -598,7 +738,7 @@ impl Engine {
         let channel = kind.channel(keys, &owner);
         // Who may hear the unlock without the lock being left to them: this manager's own
         // listener, or everyone while yields keep finding the lock free (no real waiter).
-        let ignored_listeners = if uses_line && self.line.yields_suspended() {
+        let ignored = if uses_line && self.line.yields_suspended() {
             u64::from(u32::MAX)
         } else {
             u64::from(last && uses_line && self.subscriber.is_listening(&channel))
@@ -607,7 +747,7 @@ impl Engine {
         // unlock message is in, if nobody else releases the lock meanwhile: only a release
         // that may yield (a last hold, with the line) needs it.
         let messages_expected = if last && uses_line {
-            self.subscriber.message_count(&channel) + u64::from(ignored_listeners == 1)
+            self.subscriber.message_count(&channel) + u64::from(ignored == 1)
         } else {
             0
         };
@@ -618,12 +758,16 @@ impl Engine {
             keys,
             &owner,
             lease_ms,
-            ignored_listeners,
+            Listeners {
+                ignored,
+                own: last && self.subscriber.is_listening(&channel),
+            },
             next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease)),
         );
         match outcome {
             Ok(Release::HandedOver) => self.store.counters.local_handoff(),
             Ok(Release::LeftForOthers) => self.store.counters.yielded(),
+            Ok(Release::Granted) => self.store.counters.grant_given(),
             // The release set the lease of the holds that remain: the guards' deadline follows.
             Ok(Release::StillHeld) => {
                 let lease = Duration::from_millis(lease_ms);
@@ -674,6 +818,12 @@ impl Engine {
             _ => Ok(()),
         }
     }
+}
+
+/// A new wait's number: published by the release that grants the lock to it, so it must not
+/// be another wait's (random, 2^62 of them) nor look like Redisson's messages (`0`, `1`).
+fn wait_number() -> u64 {
+    (uuid::Uuid::new_v4().as_u128() as u64 >> 2) + 2
 }
 
 /// Whether a new hold has at least a tenth of its lease left, as confirmed (counted from when

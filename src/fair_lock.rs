@@ -25,7 +25,7 @@ use crate::options::AcquireOptions;
 use crate::scripts::{
     attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply,
 };
-use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, Listeners, LockStore, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
 ///
@@ -297,7 +297,7 @@ impl LockKind for Fair {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        _ignored_listeners: u64,
+        _listeners: Listeners,
         _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let reply = store.release_with_latch(keys, |conn, latch, previous| {

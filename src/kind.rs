@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::names::LockKeys;
-use crate::store::{Attempt, LockStore, Release};
+use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
 
 /// One kind of lock, as the engine needs to know it.
 pub(crate) trait LockKind: Sync {
@@ -17,6 +17,13 @@ pub(crate) trait LockKind: Sync {
     /// queue) or with shared holds (read locks) do not.
     fn uses_line(&self) -> bool {
         true
+    }
+
+    /// Whether a waiter may register so that a release of another client grants it the lock
+    /// (docs/DESIGN.md, "Grants"): an attempt with `AttemptArgs::waiting` registers, and
+    /// [`LockStore::stop_waiting`] ends the registration.
+    fn grants(&self) -> bool {
+        false
     }
 
     /// One attempt to take a hold as `args` say; reports the holder's TTL when it is held
@@ -36,8 +43,9 @@ pub(crate) trait LockKind: Sync {
     }
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
-    /// release on [`channel`](Self::channel); then, unless more than `ignored_listeners` of
-    /// its subscribers heard it (this manager's own listener, or all while yields are
+    /// release on [`channel`](Self::channel) (or granting the lock to a registered waiter,
+    /// for kinds with [`grants`](Self::grants)); then, unless more than `listeners.ignored`
+    /// of its subscribers heard it (this manager's own listener, or all while yields are
     /// suspended), acquires for `next` (owner field and lease).
     fn release(
         &self,
@@ -45,7 +53,7 @@ pub(crate) trait LockKind: Sync {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        ignored_listeners: u64,
+        listeners: Listeners,
         next: Option<(&str, u64)>,
     ) -> Result<Release>;
 
@@ -78,6 +86,8 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) wait_ms: Option<u64>,
     /// The attempt's id, the same in every send of one attempt (see `AttemptId`).
     pub(crate) attempt_id: &'a str,
+    /// The caller's registration as a waiter, for kinds with [`LockKind::grants`].
+    pub(crate) waiting: Option<Waiting>,
 }
 
 /// The reentrant lock's kind, shared by every `Lock`.
@@ -91,6 +101,10 @@ impl LockKind for Reentrant {
         "lock"
     }
 
+    fn grants(&self) -> bool {
+        true
+    }
+
     fn attempt(
         &self,
         store: &LockStore,
@@ -100,7 +114,13 @@ impl LockKind for Reentrant {
         if args.fenced {
             store.try_acquire_fenced(keys, args.lease_ms, args.owner, args.attempt_id)
         } else {
-            store.try_acquire(keys, args.lease_ms, args.owner, args.attempt_id)
+            store.try_acquire(
+                keys,
+                args.lease_ms,
+                args.owner,
+                args.attempt_id,
+                args.waiting.as_ref(),
+            )
         }
     }
 
@@ -110,10 +130,10 @@ impl LockKind for Reentrant {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        ignored_listeners: u64,
+        listeners: Listeners,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
-        store.release(keys, lease_ms, owner, ignored_listeners, next)
+        store.release(keys, lease_ms, owner, listeners, next)
     }
 
     fn channel(&self, keys: &LockKeys, _owner: &str) -> String {

@@ -125,8 +125,14 @@
 //! hold was lost is overtaken. When yields keep finding the lock free at the longest window
 //! (someone hears the unlocks but never takes the lock, such as a monitoring subscriber), they
 //! are suspended for a second, which can keep out a remote waiter slower than 50 ms for that
-//! long. `docs/DESIGN.md` has the rules, `BENCHMARKS.md` the figures (W2 and W6), and
-//! [`LockManager::stats`] counts what a manager sends and sees.
+//! long.
+//!
+//! When every other listener on the lock's channel is a waiting thread of this crate (no
+//! Redisson client, nobody else), the release instead *grants* the lock to the one that
+//! registered first, in the same script call, and tells it by its wait's number: it wakes
+//! holding the lock, without a request of its own, and busy processes take the lock in turns.
+//! `docs/DESIGN.md` has the rules ("Fairness", "Grants"), `BENCHMARKS.md` the figures (W2, W3
+//! and W6), and [`LockManager::stats`] counts what a manager sends and sees.
 //!
 //! # Leases and the watchdog
 //!
@@ -323,7 +329,9 @@ pub mod lua {
     pub use crate::read_write_lock::{
         READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
     };
-    pub use crate::scripts::{ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW};
+    pub use crate::scripts::{
+        ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
+    };
     // Semaphores and count-down latches keep their scripts next to them.
     pub use crate::count_down_latch::{
         COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,

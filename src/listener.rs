@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redis::{Connection, PushKind, RedisResult, Value};
 
+use crate::names::ChannelKind;
 use crate::subscriber::{Shared, Wake};
 
 /// How long the listener blocks in one read before it looks at requests and shutdown without
@@ -472,6 +473,11 @@ impl Listener<'_> {
                 };
                 self.shared.count_message(&channel);
                 if let Some(waiters) = self.shared.waiters(&channel) {
+                    if let Some(number) = grant_number(&channel, payload) {
+                        self.shared.store.counters.wakeup();
+                        waiters.grant(number);
+                        return;
+                    }
                     let wake = Wake::of(&channel, payload);
                     if wake != Wake::Nobody {
                         // Counted first: a woken waiter's caller may look at the stats.
@@ -518,4 +524,15 @@ impl Listener<'_> {
             _ => {}
         }
     }
+}
+
+/// The wait number that a release which granted a lock published on its unlock channel
+/// (docs/DESIGN.md, "Grants"): a number of 2 or more, where Redisson's messages are `0` and
+/// `1` (and Redisson ignores other numbers).
+fn grant_number(channel: &str, payload: &[u8]) -> Option<u64> {
+    if ChannelKind::of(channel) != ChannelKind::Unlock {
+        return None;
+    }
+    let number: u64 = std::str::from_utf8(payload).ok()?.parse().ok()?;
+    (number >= 2).then_some(number)
 }

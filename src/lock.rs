@@ -11,6 +11,7 @@ use crate::kind::{LockKind, REENTRANT};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::{AcquireOptions, Lease};
+use crate::store::Listeners;
 
 /// A handle on one named lock. Cheap to create ([`LockManager::get_lock`] does no I/O) and
 /// to clone; it keeps its manager alive.
@@ -225,7 +226,13 @@ impl Lock {
         let owner = crate::owner::owner_field(engine.client_id(), thread);
         engine
             .store()
-            .release(keys, engine.config().watchdog_timeout_ms, &owner, 0, None)
+            .release(
+                keys,
+                engine.config().watchdog_timeout_ms,
+                &owner,
+                Listeners::default(),
+                None,
+            )
             .map(drop)
     }
 

@@ -25,7 +25,8 @@
 //! Counters (all `redis_lock_*_total`, set with [`Counter::absolute`](::metrics::Counter::absolute)
 //! to the manager's totals): `commands`, `round_trips`, `acquisitions`, `waits`,
 //! `wait_microseconds` (the time waits took), `renewal_sweeps`, `renewals`, `renewal_failures`,
-//! `holds_lost`, `wakeups`, `reconnects`, `local_handoffs` and `yields`, each as documented
+//! `holds_lost`, `wakeups`, `reconnects`, `local_handoffs`, `yields`, `grants_given` and
+//! `grants_taken`, each as documented
 //! on [`Stats`]. Gauges of the moment: `redis_lock_renewing_holds`
 //! ([`LockManager::renewing_count`]), `redis_lock_queued_threads`
 //! ([`LockManager::queued_thread_count`]) and `redis_lock_waiting_channels`
@@ -54,7 +55,7 @@ type CounterRow = (&'static str, Unit, &'static str, u64);
 
 /// The counters of a snapshot, spelled out field by field (no `..`) so that a counter added to
 /// `Stats` fails to compile here until it is exported too.
-fn counters(stats: Stats) -> [CounterRow; 13] {
+fn counters(stats: Stats) -> [CounterRow; 15] {
     let Stats {
         commands,
         round_trips,
@@ -69,6 +70,8 @@ fn counters(stats: Stats) -> [CounterRow; 13] {
         reconnects,
         local_handoffs,
         yields,
+        grants_given,
+        grants_taken,
     } = stats;
     let wait_us = u64::try_from(wait_time.as_micros()).unwrap_or(u64::MAX);
     [
@@ -149,6 +152,18 @@ fn counters(stats: Stats) -> [CounterRow; 13] {
             Unit::Count,
             "Releases that left the lock free because other clients were waiting for it.",
             yields,
+        ),
+        (
+            "redis_lock_grants_given_total",
+            Unit::Count,
+            "Releases that granted the lock to a waiting client elsewhere in the same call.",
+            grants_given,
+        ),
+        (
+            "redis_lock_grants_taken_total",
+            Unit::Count,
+            "Acquisitions granted by another client's release, taken without a request.",
+            grants_taken,
         ),
     ]
 }

@@ -15,6 +15,8 @@ const LATCH_PREFIX: &str = "redisson_unlock_latch";
 /// Prefix of the key that remembers an owner's last acquire attempt, so that an attempt sent
 /// again after its reply was lost counts once (this crate's own: Redisson has none).
 const ATTEMPT_PREFIX: &str = "redis_lock__attempt";
+/// Where this crate's remote waiters of a lock wait to be granted it (not Redisson's).
+const WAITERS_PREFIX: &str = "redis_lock__waiters";
 /// Prefix of a fair lock's queue of waiters (a list of owner fields).
 const QUEUE_PREFIX: &str = "redisson_lock_queue";
 /// Prefix of a fair lock's waiter timeouts (a sorted set: owner field → epoch ms).
@@ -111,6 +113,12 @@ impl LockKeys {
     /// `owner` (a thread of one client) that took something, kept for an unlock latch's TTL.
     pub(crate) fn attempt_marker(&self, owner: &str) -> String {
         attempt_marker(&self.name, owner)
+    }
+
+    /// `redis_lock__waiters:{name}`: the waiters of other clients of this crate that a
+    /// release may grant the lock to, first come first (docs/DESIGN.md, "Grants").
+    pub(crate) fn waiters_key(&self) -> String {
+        prefixed(WAITERS_PREFIX, &self.name)
     }
 }
 

@@ -39,7 +39,7 @@ end
 "#
     };
 }
-use crate::store::{Attempt, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, Listeners, LockStore, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
 /// waiter (readers may all get in at once).
@@ -318,7 +318,7 @@ impl LockKind for Read {
         keys: &LockKeys,
         owner: &str,
         _lease_ms: u64,
-        _ignored_listeners: u64,
+        _listeners: Listeners,
         _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let reply = store.release_with_latch(keys, |conn, latch, previous| {
@@ -411,7 +411,7 @@ impl LockKind for Write {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        _ignored_listeners: u64,
+        _listeners: Listeners,
         _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let writer = writer_field(owner);

@@ -133,11 +133,45 @@ macro_rules! holder_pttl {
 }
 pub(crate) use holder_pttl;
 
-/// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]`
-/// owner field, `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`).
-/// Replies nil when acquired (new or re-entered), else the holder's PTTL. A hash without TTL
-/// whose fields are not hold counts is somebody's data, not a lock held forever: refused with
-/// WRONGTYPE (a waiter would wait for it without end).
+/// Lua: `server_ms()`, the server's clock in ms (a registered waiter's deadline is the
+/// server's, so that clients' clocks never need to agree).
+macro_rules! server_ms_fn {
+    () => {
+        r#"
+local function server_ms()
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"#
+    };
+}
+
+/// Lua: `waiters_tidy(key)` deletes the waiters hash `key` when only its ticket counter (`#`)
+/// is left, so that no key outlives the last waiter.
+macro_rules! waiters_tidy_fn {
+    () => {
+        r#"
+local function waiters_tidy(key)
+    if redis.call('hlen', key) == 1 and redis.call('hexists', key, '#') == 1 then
+        redis.call('del', key)
+    end
+end
+"#
+    };
+}
+
+/// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]` the lock's waiters
+/// hash (`redis_lock__waiters:{name}`). `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
+/// attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
+/// number, `ARGV[6]` how long the caller still waits at most, in ms (empty: without limit),
+/// `ARGV[7]` how long past its next look a registration stays, in ms, `ARGV[8]` the control
+/// channel its manager's listener is subscribed to on this server (empty: take a grant made
+/// to that wait number, but do not register). `KEYS[3]` and `ARGV[5..]` may be left out (no
+/// registration, no grant taken). Replies nil when acquired (new, re-entered, or granted to this wait by a
+/// release), else the holder's PTTL, after registering the caller (with a wait number) in
+/// the waiters hash, or refreshing its registration. A hash without TTL whose fields are not
+/// hold counts is somebody's data, not a lock held forever: refused with WRONGTYPE (a waiter
+/// would wait for it without end). docs/DESIGN.md ("Grants") describes the waiters hash.
 pub const ACQUIRE: &str = attempt_script!(
     marker = 2,
     id = 3,
@@ -146,16 +180,88 @@ pub const ACQUIRE: &str = attempt_script!(
     replay = "return nil",
     concat!(
         not_a_lock_fn!(),
+        server_ms_fn!(),
+        waiters_tidy_fn!(),
         r#"
+local wait = ARGV[5] or ''
+local mine = KEYS[3] and redis.call('hget', KEYS[3], ARGV[2])
+if mine and wait ~= '' and string.match(mine, '^g (%d+) ') == wait
+        and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    -- A release granted the lock to this wait: the hold is there; its lease counts from now.
+    redis.call('hdel', KEYS[3], ARGV[2])
+    waiters_tidy(KEYS[3])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    taken()
+    return nil
+end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    if mine then
+        -- A wait that ends here, or the marker of a grant taken earlier.
+        redis.call('hdel', KEYS[3], ARGV[2])
+        waiters_tidy(KEYS[3])
+    end
     taken()
     return nil
 end"#,
         holder_pttl!(),
-        "return pttl\n"
+        r#"
+if KEYS[3] and wait ~= '' and (ARGV[8] or '') ~= '' then
+    -- Until the caller looks again (the holder's TTL, or its wait's end), and a margin.
+    local life = pttl
+    if life < 0 then
+        life = 100
+    end
+    if ARGV[6] ~= '' and tonumber(ARGV[6]) < life then
+        life = tonumber(ARGV[6])
+    end
+    life = life + tonumber(ARGV[7])
+    local ticket
+    if mine then
+        local kind, old, _, _, number = string.match(mine, '^(%a) (%d+) (%d+) (%d+) (%d+) ')
+        if kind == 'w' and number == wait then
+            ticket = old
+        end
+    end
+    if not ticket then
+        ticket = redis.call('hincrby', KEYS[3], '#', 1)
+    end
+    redis.call('hset', KEYS[3], ARGV[2], 'w ' .. ticket .. ' ' .. (server_ms() + life) .. ' '
+        .. ARGV[1] .. ' ' .. wait .. ' ' .. ARGV[8])
+    if redis.call('pttl', KEYS[3]) < life then
+        redis.call('pexpire', KEYS[3], life)
+    end
+end
+return pttl
+"#
     )
+);
+
+/// A registered waiter stops waiting: `KEYS[1]` lock key, `KEYS[2]` the lock's waiters hash.
+/// `ARGV[1]` owner field, `ARGV[2]` its wait number, `ARGV[3]` lease ms. Replies 1 when a
+/// release had granted the lock to this wait (the hold is there, its lease now counts from
+/// this call, and the caller has the lock), else 0 after taking the registration out. A
+/// repeated call (its reply lost) answers the same: a grant's marker stays until the holder's
+/// next acquire or release.
+pub const STOP_WAITING: &str = concat!(
+    waiters_tidy_fn!(),
+    r#"
+local mine = redis.call('hget', KEYS[2], ARGV[1])
+if not mine then
+    return 0
+end
+local kind, wait = string.match(mine, '^(%a) (%d+)')
+if kind == 'g' and wait == ARGV[2] and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+    redis.call('pexpire', KEYS[1], ARGV[3])
+    return 1
+end
+if kind == 'w' then
+    redis.call('hdel', KEYS[2], ARGV[1])
+    waiters_tidy(KEYS[2])
+end
+return 0
+"#
 );
 
 /// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter, `KEYS[3]` the
@@ -221,23 +327,32 @@ end"#,
     )
 );
 
-/// The release, and the handoff to the next local thread. `KEYS[1]` lock key, `KEYS[2]`
-/// unlock channel, `KEYS[3]` this call's latch key, and `KEYS[4..]` (optional) latches of
-/// this client's earlier releases of the lock whose replies are in hand (so they are deleted
-/// now, rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms for holds that remain,
-/// `ARGV[3]` owner field, `ARGV[4]` publish command, `ARGV[5]` latch TTL ms, `ARGV[6]` how
-/// many of the channel's subscribers to disregard (the releasing client's own listener), `ARGV[7]` the
-/// next owner field (empty: no handoff), `ARGV[8]` its lease ms.
+/// The release, and the handoff to the next owner. `KEYS[1]` lock key, `KEYS[2]` unlock
+/// channel, `KEYS[3]` this call's latch key, `KEYS[4]` the lock's waiters hash, and `KEYS[5..]`
+/// (optional) latches of this client's earlier releases of the lock whose replies are in hand
+/// (so they are deleted now, rather than left to expire). `ARGV[1]` message, `ARGV[2]` lease ms
+/// for holds that remain, `ARGV[3]` owner field, `ARGV[4]` publish command, `ARGV[5]` latch TTL
+/// ms, `ARGV[6]` how many of the channel's subscribers to disregard (the releasing client's own
+/// listener), `ARGV[7]` the next local owner field (empty: no handoff), `ARGV[8]` its lease ms,
+/// `ARGV[9]` how many of the channel's subscribers are the releasing client's own listener (0
+/// or 1), `ARGV[10]` the `PUBSUB` subcommand that counts them (`numsub`, `shardnumsub`; empty
+/// or left out: no grants).
+///
+/// On the last hold, the lock goes to the first registered waiter of another client when
+/// every other subscriber of the channel is such a waiter (no Redisson client, nobody else
+/// listens): the hold is written in its name, and its wait number published (docs/DESIGN.md,
+/// "Grants"). Otherwise the unlock message is published, and the lock is acquired for the next
+/// local owner unless anyone besides the client's own listener heard it.
 ///
 /// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
-/// hold (the key deleted, the unlock message published): 3 when anyone besides the client's
-/// own listener heard the message (the lock is left free for them), 2 when it was acquired
-/// for the next owner, 1 when left free. A repeated call (same latch) gets the first call's
-/// reply and changes nothing. A publish the server refuses (an ACL without channel rights)
-/// does not undo the release: the release is reported, and nobody heard it.
+/// hold (the key deleted): 4 when granted to a registered waiter, 3 when anyone besides the
+/// client's own listener heard the unlock message (the lock is left free for them), 2 when it
+/// was acquired for the next local owner, 1 when left free. A repeated call (same latch) gets
+/// the first call's reply and changes nothing. A publish the server refuses (an ACL without
+/// channel rights) does not undo the release: the release is reported, and nobody heard it.
 pub const RELEASE: &str = latched_script!(
     latch = 3,
-    earlier = 4,
+    earlier = 5,
     r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
@@ -248,16 +363,64 @@ if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     result = 0
 else
     redis.call('del', KEYS[1])
-    local heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
-    if type(heard) ~= 'number' then
-        heard = 0
+    if (ARGV[10] or '') ~= '' and redis.call('exists', KEYS[4]) == 1 then
+        redis.call('hdel', KEYS[4], ARGV[3])
+        local t = redis.call('time')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local entries = redis.call('hgetall', KEYS[4])
+        local live, first, first_ticket = 0, nil, nil
+        for i = 1, #entries, 2 do
+            local value = entries[i + 1]
+            local kind, ticket, deadline = string.match(value, '^(%a) (%d+) (%d+)')
+            if kind == 'w' then
+                -- A waiter's manager listens on its control channel while it lives.
+                local control = string.match(value, '^w %d+ %d+ %d+ %d+ (%S+)$')
+                local listening = control and redis.pcall('pubsub', 'numsub', control)
+                if tonumber(deadline) <= now or type(listening) ~= 'table'
+                        or type(listening[2]) ~= 'number' or listening[2] < 1 then
+                    redis.call('hdel', KEYS[4], entries[i])
+                else
+                    live = live + 1
+                    if not first or tonumber(ticket) < first_ticket then
+                        first, first_ticket = i, tonumber(ticket)
+                    end
+                end
+            elseif kind == 'g' and tonumber(deadline) <= now then
+                redis.call('hdel', KEYS[4], entries[i])
+            end
+        end
+        if live > 0 then
+            local counted = redis.pcall('pubsub', ARGV[10], KEYS[2])
+            if type(counted) == 'table' and type(counted[2]) == 'number'
+                    and counted[2] - tonumber(ARGV[9]) == live then
+                local owner = entries[first]
+                local lease, wait = string.match(entries[first + 1], '^w %d+ %d+ (%d+) (%d+) ')
+                redis.call('hset', KEYS[1], owner, 1)
+                redis.call('pexpire', KEYS[1], lease)
+                redis.call('hset', KEYS[4], owner, 'g ' .. wait .. ' ' .. (now + tonumber(lease)))
+                if redis.call('pttl', KEYS[4]) < tonumber(lease) then
+                    redis.call('pexpire', KEYS[4], lease)
+                end
+                redis.pcall(ARGV[4], KEYS[2], wait)
+                result = 4
+            end
+        end
+        if redis.call('hlen', KEYS[4]) == 1 and redis.call('hexists', KEYS[4], '#') == 1 then
+            redis.call('del', KEYS[4])
+        end
     end
-    if heard > tonumber(ARGV[6]) then
-        result = 3
-    elseif ARGV[7] ~= '' then
-        redis.call('hincrby', KEYS[1], ARGV[7], 1)
-        redis.call('pexpire', KEYS[1], ARGV[8])
-        result = 2
+    if result == 1 then
+        local heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
+        if type(heard) ~= 'number' then
+            heard = 0
+        end
+        if heard > tonumber(ARGV[6]) then
+            result = 3
+        elseif ARGV[7] ~= '' then
+            redis.call('hincrby', KEYS[1], ARGV[7], 1)
+            redis.call('pexpire', KEYS[1], ARGV[8])
+            result = 2
+        end
     end
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[5])
@@ -339,6 +502,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
     pub(crate) inspect: Script,
+    pub(crate) stop_waiting: Script,
 }
 
 impl Scripts {
@@ -350,18 +514,20 @@ impl Scripts {
             renew: Script::new(RENEW),
             force_unlock: Script::new(FORCE_UNLOCK),
             inspect: Script::new(INSPECT),
+            stop_waiting: Script::new(STOP_WAITING),
         }
     }
 
     /// Every script's source, loaded when a manager starts so that the first EVALSHA of
     /// each does not meet NOSCRIPT.
-    pub(crate) const SOURCES: [&'static str; 6] = [
+    pub(crate) const SOURCES: [&'static str; 7] = [
         ACQUIRE,
         FENCED_ACQUIRE,
         RELEASE,
         RENEW,
         FORCE_UNLOCK,
         INSPECT,
+        STOP_WAITING,
     ];
 
     /// One pipeline that loads every script (after a NOSCRIPT: the server lost them all).

@@ -43,6 +43,12 @@ pub struct Stats {
     /// Releases that left the lock free because other clients were waiting for it (see the
     /// crate docs on fairness).
     pub yields: u64,
+    /// Releases that granted the lock to a waiting client of this crate elsewhere, in the same
+    /// script call (see the crate docs on fairness).
+    pub grants_given: u64,
+    /// Acquisitions granted by another client's release: taken when the grant's message came,
+    /// without a request of their own.
+    pub grants_taken: u64,
 }
 
 /// The live counters behind [`Stats`], shared by the engine, the store, the listener and the
@@ -62,6 +68,8 @@ pub(crate) struct Counters {
     reconnects: AtomicU64,
     local_handoffs: AtomicU64,
     yields: AtomicU64,
+    grants_given: AtomicU64,
+    grants_taken: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -119,6 +127,14 @@ impl Counters {
         bump(&self.yields, 1);
     }
 
+    pub(crate) fn grant_given(&self) {
+        bump(&self.grants_given, 1);
+    }
+
+    pub(crate) fn grant_taken(&self) {
+        bump(&self.grants_taken, 1);
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
@@ -135,6 +151,8 @@ impl Counters {
             reconnects: load(&self.reconnects),
             local_handoffs: load(&self.local_handoffs),
             yields: load(&self.yields),
+            grants_given: load(&self.grants_given),
+            grants_taken: load(&self.grants_taken),
         }
     }
 }

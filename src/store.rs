@@ -85,6 +85,33 @@ impl Attempt {
     }
 }
 
+/// How long a waiter's registration outlives the moment it is due to look again (its
+/// holder's TTL, or its wait's end), for the scheduling and the round trip in between: a
+/// registration that lapses early only means that the waiter is not granted the lock.
+const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
+
+/// A waiter's registration, as an acquire attempt sends it (docs/DESIGN.md, "Grants").
+pub(crate) struct Waiting {
+    /// The wait's number, published when a release grants it the lock.
+    pub(crate) number: u64,
+    /// How long the waiter still waits at most, in ms (`None`: without limit).
+    pub(crate) left_ms: Option<u64>,
+    /// The control channel of the manager's listener on the lock's server, by which a
+    /// release tells that the waiter's manager still listens; `None`: do not register, only
+    /// take a grant already made to `number` (one whose wait ended without learning of it).
+    pub(crate) control: Option<String>,
+}
+
+/// Which of a lock channel's subscribers a release counts as nobody waiting.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Listeners {
+    /// How many subscribers to disregard before the lock is left free for the others
+    /// (this client's own listener, or all of them while yields are suspended).
+    pub(crate) ignored: u64,
+    /// Whether this client's own listener is subscribed (never a waiter to grant to).
+    pub(crate) own: bool,
+}
+
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -95,6 +122,9 @@ pub(crate) enum Release {
     /// The last hold was released and someone besides this client heard the unlock: the lock
     /// was left free for them.
     LeftForOthers,
+    /// The last hold was released and the lock granted to a registered waiter of another
+    /// client (docs/DESIGN.md, "Grants").
+    Granted,
     /// One hold fewer; the owner still holds the lock.
     StillHeld,
     /// The owner held no hold: expired, force-unlocked, or someone else's.
@@ -110,6 +140,7 @@ impl Release {
             Some(0) => Release::StillHeld,
             Some(2) => Release::HandedOver,
             Some(3) => Release::LeftForOthers,
+            Some(4) => Release::Granted,
             Some(_) => Release::Released,
         }
     }
@@ -135,6 +166,11 @@ pub(crate) struct LockStore {
     scripts: Scripts,
     /// `publish`, or `spublish` on a cluster with sharded pub/sub (what Redisson does there).
     publish_command: &'static str,
+    /// The `PUBSUB` subcommand that counts a lock channel's subscribers where releases are
+    /// published (`numsub`, or `shardnumsub` with sharded pub/sub), or empty where it cannot
+    /// count them all (a cluster without sharded pub/sub, whose plain messages reach every
+    /// node): then no release grants a lock to a registered waiter (docs/DESIGN.md, "Grants").
+    numsub_command: &'static str,
     /// How long an acquire or release waits for a replica's acknowledgement (`None`: it does
     /// not wait; see `LockManagerBuilder::replica_sync`).
     replica_sync: Option<Duration>,
@@ -160,10 +196,18 @@ impl LockStore {
         } else {
             "publish"
         };
+        let numsub_command = if topology.sharded_pubsub() {
+            "shardnumsub"
+        } else if topology.is_cluster() {
+            ""
+        } else {
+            "numsub"
+        };
         let store = LockStore {
             topology,
             scripts: Scripts::new(),
             publish_command,
+            numsub_command,
             replica_sync: config.replica_sync.then_some(config.replica_sync_timeout),
             latch_ttl_ms: config.latch_ttl_ms(),
             fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
@@ -224,14 +268,28 @@ impl LockStore {
     /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
     /// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
     /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
+    ///
+    /// With `waiting`, an attempt that finds the lock held registers the caller as a waiter
+    /// that a release may grant the lock to (docs/DESIGN.md, "Grants"), and a release that
+    /// did so is found here: the attempt then reports the lock acquired.
     pub(crate) fn try_acquire(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
         attempt_id: &str,
+        waiting: Option<&Waiting>,
     ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, false);
+        let mut call =
+            self.acquire_call(keys, lease_ms, owner, attempt_id, false, waiting.is_some());
+        if let Some(waiting) = waiting {
+            // Named only by attempts that need it: during a slot migration, a key missing on
+            // the target would hold every re-entry back with TRYAGAIN.
+            call.arg(waiting.number)
+                .arg(waiting.left_ms.map_or(String::new(), |ms| ms.to_string()))
+                .arg(REGISTRATION_MARGIN.as_millis() as u64)
+                .arg(waiting.control.as_deref().unwrap_or(""));
+        }
         let pttl: Option<i64> = self.run_attempt(
             &keys.name,
             |conn| query_loading_scripts(conn, |conn| call.query(conn)),
@@ -249,7 +307,7 @@ impl LockStore {
         owner: &str,
         attempt_id: &str,
     ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true);
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true, false);
         self.run_attempt(
             &keys.name,
             |conn| {
@@ -260,8 +318,9 @@ impl LockStore {
         )
     }
 
-    /// `EVALSHA` of the acquire script, or with `fenced` of the fenced one (see `scripts.rs`
-    /// for their KEYS and ARGV: the same but for the fenced one's counter, `KEYS[2]`).
+    /// `EVALSHA` of the acquire script up to `ARGV[4]`, naming the waiters hash with
+    /// `waiting`, or with `fenced` of the fenced one (see `scripts.rs` for their KEYS and ARGV:
+    /// the fenced one has the counter as `KEYS[2]` and no waiters hash).
     fn acquire_call(
         &self,
         keys: &LockKeys,
@@ -269,30 +328,37 @@ impl LockStore {
         owner: &str,
         attempt_id: &str,
         fenced: bool,
+        waiting: bool,
     ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
         if fenced {
             call.arg(self.scripts.fenced_acquire.get_hash())
                 .arg(3)
                 .arg(&*keys.name)
-                .arg(keys.token_key());
+                .arg(keys.token_key())
+                .arg(keys.attempt_marker(owner));
         } else {
             call.arg(self.scripts.acquire.get_hash())
-                .arg(2)
-                .arg(&*keys.name);
+                .arg(2 + u8::from(waiting))
+                .arg(&*keys.name)
+                .arg(keys.attempt_marker(owner));
+            if waiting {
+                call.arg(keys.waiters_key());
+            }
         }
-        call.arg(keys.attempt_marker(owner))
-            .arg(lease_ms)
+        call.arg(lease_ms)
             .arg(owner)
             .arg(attempt_id)
             .arg(self.latch_ttl_ms);
         call
     }
 
-    /// Releases one hold of `owner` (holds that remain get `lease_ms`) and, when it was the
-    /// last and no more than `ignored_listeners` of its subscribers heard the unlock,
-    /// acquires for `next` (owner field, lease ms) in the same script call: the handoff to the
-    /// next local thread.
+    /// Releases one hold of `owner` (holds that remain get `lease_ms`). On the last, the lock
+    /// is granted to the first registered waiter of another client when every subscriber of
+    /// its channel but this client's own listener (`own_listener`) is such a waiter
+    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `ignored_listeners` of the
+    /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
+    /// same script call: the handoff to the next local thread.
     ///
     /// Idempotent: when the reply is lost (a timeout, a broken connection) the call is sent
     /// once more with the same latch, and gets the first call's answer if that one ran (the
@@ -302,29 +368,62 @@ impl LockStore {
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
-        ignored_listeners: u64,
+        listeners: Listeners,
         next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
         let reply = self.release_with_latch(keys, |conn, latch, previous| {
             let mut call = redis::cmd("EVALSHA");
             call.arg(self.scripts.release.get_hash())
-                .arg(3 + previous.len())
+                .arg(4 + previous.len())
                 .arg(&*keys.name)
                 .arg(keys.channel())
                 .arg(latch)
+                .arg(keys.waiters_key())
                 .arg(previous);
             call.arg(UNLOCK_MESSAGE)
                 .arg(lease_ms)
                 .arg(owner)
                 .arg(self.publish_command)
                 .arg(self.latch_ttl_ms)
-                .arg(ignored_listeners)
+                .arg(listeners.ignored)
                 .arg(next_owner)
-                .arg(next_lease_ms);
+                .arg(next_lease_ms)
+                .arg(u64::from(listeners.own))
+                .arg(self.numsub_command);
             query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
         })?;
         Ok(Release::from_reply(reply))
+    }
+
+    /// Takes `owner`'s registration as a waiter with `number` out of the lock's waiters
+    /// (see `STOP_WAITING`): `true` when a release had granted it the lock meanwhile, which
+    /// it then holds with a lease of `lease_ms` from now.
+    pub(crate) fn stop_waiting(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        number: u64,
+        lease_ms: u64,
+    ) -> Result<bool> {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.scripts.stop_waiting.get_hash())
+            .arg(2)
+            .arg(&*keys.name)
+            .arg(keys.waiters_key())
+            .arg(owner)
+            .arg(number)
+            .arg(lease_ms);
+        let granted: i64 = self.run("stop waiting", &keys.name, 1, |conn| {
+            query_loading_scripts(conn, |conn| call.query(conn))
+        })?;
+        Ok(granted == 1)
+    }
+
+    /// Whether releases of this deployment's locks may grant them to registered waiters
+    /// (see `numsub_command`).
+    pub(crate) fn grants_possible(&self) -> bool {
+        !self.numsub_command.is_empty()
     }
 
     /// Runs one release script call made idempotent by a latch (see `RELEASE`): `call` gets
@@ -1013,6 +1112,7 @@ fn is_idempotent(operation: &str) -> bool {
         operation,
         "acquire"
             | "release"
+            | "stop waiting"
             | "semaphore acquire"
             | "leave the queue"
             | "publish"

@@ -50,7 +50,14 @@ struct WaitState {
     waiters: usize,
     permits: usize,
     subscribed: bool,
+    /// The wait numbers that releases published on the channel (grants, docs/DESIGN.md),
+    /// newest last, until the waiter they name takes its own.
+    grants: Vec<u64>,
 }
+
+/// How many grants' numbers a channel's waiters keep (each process has one waiter per lock in
+/// Redis at a time, so one is usually enough; the others are grants to other clients).
+const GRANTS_KEPT: usize = 8;
 
 impl Waiters {
     fn new() -> Self {
@@ -99,6 +106,19 @@ impl Waiters {
         for _ in 0..added {
             self.permit.notify_one();
         }
+    }
+
+    /// A release granted the lock to the wait numbered `number` (docs/DESIGN.md, "Grants"):
+    /// all look, its waiter takes it ([`Subscription::take_grant`]), and others try again.
+    pub(crate) fn grant(&self, number: u64) {
+        let mut state = self.state.lock();
+        if state.grants.len() == GRANTS_KEPT {
+            state.grants.remove(0);
+        }
+        state.grants.push(number);
+        state.permits = state.waiters;
+        drop(state);
+        self.permit.notify_all();
     }
 
     /// A `1` message, or a reconnect after which messages may have been missed: all try again.
@@ -413,6 +433,15 @@ impl Subscriber {
         self.shared.subscribed.lock().contains_key(channel)
     }
 
+    /// The control channel of the listener that serves `channel` (see [`Shared::master_of`]),
+    /// if it runs: a registered waiter names it, so that a release can tell that the waiter's
+    /// manager still listens (docs/DESIGN.md, "Grants").
+    pub(crate) fn control_channel_of(&self, channel: &str) -> Option<String> {
+        let addr = self.shared.master_of(channel)?;
+        let listeners = self.shared.listeners.lock();
+        listeners.get(&addr).map(|h| h.control_channel.clone())
+    }
+
     /// How many messages the listeners have heard on `channel` since the manager started (it
     /// only grows, through unsubscribes and reconnects, unless very many channels were
     /// heard).
@@ -517,6 +546,21 @@ impl Subscription {
             true
         } else {
             false
+        }
+    }
+}
+
+impl Subscription {
+    /// Whether a release granted the lock to the wait numbered `number` (its message came);
+    /// the grant is taken, so it counts once.
+    pub(crate) fn take_grant(&self, number: u64) -> bool {
+        let mut state = self.waiters.state.lock();
+        match state.grants.iter().position(|&n| n == number) {
+            Some(at) => {
+                state.grants.remove(at);
+                true
+            }
+            None => false,
         }
     }
 }

@@ -571,6 +571,48 @@ fn every_lock_kind_is_woken_by_sharded_pub_sub() {
         || latch.count_down().expect("count down"),
     );
     assert!(after < prompt, "count-down latch: {after:?}");
+
+    // The plain lock: once the waiter is registered, the release grants it the lock (the
+    // master counts the channel's subscribers with SHARDNUMSUB, docs/DESIGN.md "Grants").
+    // Only without replica sync: with it, only a waiter's own attempt may take the lock.
+    let without_replica_sync = || {
+        let seeds = cluster.seed_urls();
+        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+        LockManager::cluster_builder(&seeds)
+            .watchdog_timeout(Duration::from_secs(3))
+            .replica_sync(false)
+            .build()
+            .expect("a manager on the cluster")
+    };
+    let (holder, waiter) = (without_replica_sync(), without_replica_sync());
+    let name = "kinds:plain";
+    let plain = holder.lock(name).expect("plain lock");
+    let mut master = conn(cluster.master_for_slot(RedisCluster::slot_of(name)));
+    let w = waiter.clone();
+    let blocked = std::thread::spawn(move || {
+        let guard = w.lock(name).expect("plain");
+        let at = Instant::now();
+        guard.unlock().expect("unlock");
+        at
+    });
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            redis::cmd("EXISTS")
+                .arg("redis_lock__waiters:{kinds:plain}")
+                .query(&mut master)
+                .unwrap_or(false)
+        }),
+        "the waiter registered"
+    );
+    let released = Instant::now();
+    plain.unlock().expect("unlock");
+    let after = blocked
+        .join()
+        .expect("waiter")
+        .saturating_duration_since(released);
+    assert!(after < prompt, "plain lock: {after:?}");
+    assert_eq!(holder.stats().grants_given, 1, "granted on the cluster");
+    assert_eq!(waiter.stats().grants_taken, 1);
 }
 
 #[test]

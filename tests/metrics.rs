@@ -15,9 +15,11 @@ use redis_lock::metrics::MetricsExporter;
 use redis_lock::LockManager;
 use support::RedisServer;
 
-const COUNTERS: [&str; 13] = [
+const COUNTERS: [&str; 15] = [
     "redis_lock_acquisitions_total",
     "redis_lock_commands_total",
+    "redis_lock_grants_given_total",
+    "redis_lock_grants_taken_total",
     "redis_lock_holds_lost_total",
     "redis_lock_local_handoffs_total",
     "redis_lock_reconnects_total",

@@ -45,6 +45,11 @@ pub struct redis_lock_stats {
     pub local_handoffs: u64,
     /// Releases that left the lock free because other clients were waiting for it.
     pub yields: u64,
+    /// Releases that granted the lock to a waiting client of this library elsewhere, in the
+    /// same script call.
+    pub grants_given: u64,
+    /// Acquisitions granted by another client's release, taken without a request of their own.
+    pub grants_taken: u64,
 }
 
 impl From<Stats> for redis_lock_stats {
@@ -65,6 +70,8 @@ impl From<Stats> for redis_lock_stats {
             reconnects,
             local_handoffs,
             yields,
+            grants_given,
+            grants_taken,
             ..
         } = stats;
         redis_lock_stats {
@@ -82,6 +89,8 @@ impl From<Stats> for redis_lock_stats {
             reconnects,
             local_handoffs,
             yields,
+            grants_given,
+            grants_taken,
         }
     }
 }
