@@ -543,7 +543,9 @@ impl Engine {
             // to this wait (a fenced acquire needs its own token, and with replica sync only
             // the acquiring thread's attempt waits for the replicas).
             if let Some(control) = self.subscriber.control_channel_of(&channel) {
-                attempter.waiting = Some((wait_number(), control));
+                let number = wait_number();
+                subscription.expect_grant(number);
+                attempter.waiting = Some((number, control));
             }
         }
         let outcome =

@@ -474,8 +474,9 @@ impl Listener<'_> {
                 self.shared.count_message(&channel);
                 if let Some(waiters) = self.shared.waiters(&channel) {
                     if let Some(number) = grant_number(&channel, payload) {
-                        self.shared.store.counters.wakeup();
-                        waiters.grant(number);
+                        if waiters.grant(number) {
+                            self.shared.store.counters.wakeup();
+                        }
                         return;
                     }
                     let wake = Wake::of(&channel, payload);

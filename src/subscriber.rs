@@ -16,6 +16,7 @@
 //! Redisson's `SemaphorePubSub` does); on a latch's channel `0` (the count reached zero) wakes
 //! all, and `1` (a new count was set) wakes nobody, since the latch just closed.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -50,14 +51,12 @@ struct WaitState {
     waiters: usize,
     permits: usize,
     subscribed: bool,
-    /// The wait numbers that releases published on the channel (grants, docs/DESIGN.md),
-    /// newest last, until the waiter they name takes its own.
+    /// The wait numbers the local waiters registered with (docs/DESIGN.md, "Grants"): a
+    /// grant to any other number is another client's business, and wakes nobody here.
+    expected: Vec<u64>,
+    /// Those of them that a release has granted the lock to, until their waiter takes it.
     grants: Vec<u64>,
 }
-
-/// How many grants' numbers a channel's waiters keep (each process has one waiter per lock in
-/// Redis at a time, so one is usually enough; the others are grants to other clients).
-const GRANTS_KEPT: usize = 8;
 
 impl Waiters {
     fn new() -> Self {
@@ -108,17 +107,22 @@ impl Waiters {
         }
     }
 
-    /// A release granted the lock to the wait numbered `number` (docs/DESIGN.md, "Grants"):
-    /// all look, its waiter takes it ([`Subscription::take_grant`]), and others try again.
-    pub(crate) fn grant(&self, number: u64) {
+    /// A release granted the lock to the wait numbered `number` (docs/DESIGN.md, "Grants").
+    /// When it is a local waiter's, all look and that one takes it
+    /// ([`Subscription::take_grant`]); a grant to another client's waiter wakes nobody (the
+    /// lock is held again, by that waiter). Whether it was a local waiter's.
+    pub(crate) fn grant(&self, number: u64) -> bool {
         let mut state = self.state.lock();
-        if state.grants.len() == GRANTS_KEPT {
-            state.grants.remove(0);
+        if !state.expected.contains(&number) {
+            return false;
         }
-        state.grants.push(number);
+        if !state.grants.contains(&number) {
+            state.grants.push(number);
+        }
         state.permits = state.waiters;
         drop(state);
         self.permit.notify_all();
+        true
     }
 
     /// A `1` message, or a reconnect after which messages may have been missed: all try again.
@@ -403,6 +407,7 @@ impl Subscriber {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             waiters,
+            expecting: Cell::new(None),
         };
         if first {
             self.shared
@@ -524,6 +529,8 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     waiters: Arc<Waiters>,
+    /// The wait number this waiter registered with, if it did (see `expect_grant`).
+    expecting: Cell<Option<u64>>,
 }
 
 impl Subscription {
@@ -551,6 +558,17 @@ impl Subscription {
 }
 
 impl Subscription {
+    /// From now on a grant to the wait numbered `number` wakes this waiter: called before
+    /// the wait's first registration is sent (docs/DESIGN.md, "Grants").
+    pub(crate) fn expect_grant(&self, number: u64) {
+        let mut state = self.waiters.state.lock();
+        state.expected.push(number);
+        drop(state);
+        if let Some(old) = self.expecting.replace(Some(number)) {
+            self.forget_grant(old);
+        }
+    }
+
     /// Whether a release granted the lock to the wait numbered `number` (its message came);
     /// the grant is taken, so it counts once.
     pub(crate) fn take_grant(&self, number: u64) -> bool {
@@ -563,10 +581,19 @@ impl Subscription {
             None => false,
         }
     }
+
+    fn forget_grant(&self, number: u64) {
+        let mut state = self.waiters.state.lock();
+        state.expected.retain(|&n| n != number);
+        state.grants.retain(|&n| n != number);
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(number) = self.expecting.take() {
+            self.forget_grant(number);
+        }
         let mut channels = self.shared.channels.lock();
         let mut state = self.waiters.state.lock();
         state.waiters -= 1;
