@@ -53,6 +53,29 @@ fn waiter(
     (got_rx, release, handle)
 }
 
+/// [`waiter`] for 20 s at most, once it is registered for a grant, with `subscribers` on the
+/// lock's channel in all.
+fn registered_waiter(
+    manager: &LockManager,
+    conn: &mut redis::Connection,
+    subscribers: i64,
+) -> (
+    mpsc::Receiver<bool>,
+    mpsc::Sender<()>,
+    thread::JoinHandle<()>,
+) {
+    let parts = waiter(manager, Duration::from_secs(20));
+    assert!(
+        support::eventually(Duration::from_secs(10), || registered(
+            conn,
+            manager,
+            subscribers
+        )),
+        "the other manager's thread registers as a waiter"
+    );
+    parts
+}
+
 #[test]
 fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_request() -> Result<()> {
     let server = RedisServer::start();
@@ -61,11 +84,7 @@ fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_reque
     let mut conn = server.conn();
 
     let guard = holder.lock(NAME)?;
-    let (got, release, handle) = waiter(&other, Duration::from_secs(20));
-    assert!(
-        support::eventually(Duration::from_secs(10), || registered(&mut conn, &other, 1)),
-        "the other manager's thread registers as a waiter"
-    );
+    let (got, release, handle) = registered_waiter(&other, &mut conn, 1);
     let before = other.stats();
     guard.unlock()?;
     assert!(got.recv_timeout(Duration::from_secs(10)).unwrap());
@@ -106,11 +125,7 @@ fn another_subscriber_on_the_channel_gets_the_lock_left_free_as_before() -> Resu
     let mut bystander = support::watch_channel(&mut bystander_conn, CHANNEL);
 
     let guard = holder.lock(NAME)?;
-    let (got, release, handle) = waiter(&other, Duration::from_secs(20));
-    assert!(
-        support::eventually(Duration::from_secs(10), || registered(&mut conn, &other, 2)),
-        "the other manager's thread registers as a waiter"
-    );
+    let (got, release, handle) = registered_waiter(&other, &mut conn, 2);
     guard.unlock()?;
     let message = bystander.get_message().expect("the unlock message");
     assert_eq!(message.get_payload::<String>().unwrap(), "0");
@@ -307,11 +322,7 @@ fn without_the_right_to_count_subscribers_a_release_leaves_the_lock_free() -> Re
     let other = manager(&server);
 
     let guard = holder.lock(NAME)?;
-    let (got, release, handle) = waiter(&other, Duration::from_secs(20));
-    assert!(
-        support::eventually(Duration::from_secs(10), || registered(&mut conn, &other, 1)),
-        "the other manager's thread registers as a waiter"
-    );
+    let (got, release, handle) = registered_waiter(&other, &mut conn, 1);
     guard.unlock()?;
     assert!(got.recv_timeout(Duration::from_secs(10)).unwrap());
     assert_eq!(holder.stats().grants_given, 0);
