@@ -330,3 +330,102 @@ fn without_the_right_to_count_subscribers_a_release_leaves_the_lock_free() -> Re
     handle.join().unwrap();
     Ok(())
 }
+
+/// A waiter whose leaving gets no answer (held back until it times out) may have been granted
+/// the lock meanwhile without learning of it: the same thread's next acquire takes that grant
+/// and holds the lock once, not twice (a second hold would outlive its unlock).
+#[test]
+fn a_grant_its_waiter_never_learned_of_is_taken_by_the_next_acquire_once() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let holder = manager(&server);
+    let other = LockManager::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()?;
+    let mut conn = server.conn();
+    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
+    proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
+
+    let guard = holder.lock(NAME)?;
+    let (first_tx, first) = mpsc::channel();
+    let (again_tx, again) = mpsc::channel::<()>();
+    let (held_tx, held) = mpsc::channel();
+    let (unlock_tx, unlock) = mpsc::channel::<()>();
+    let waiter = {
+        let other = other.clone();
+        thread::spawn(move || -> Result<()> {
+            first_tx
+                .send(other.try_lock(NAME, Duration::from_millis(800))?.is_some())
+                .unwrap();
+            again_tx.send(()).unwrap();
+            let guard = other.try_lock(NAME, Duration::from_secs(5))?;
+            held_tx.send(guard.is_some()).unwrap();
+            unlock.recv().unwrap();
+            drop(guard);
+            Ok(())
+        })
+    };
+    // The wait ends and its leaving is held back: the release now grants the lock to it.
+    assert!(support::eventually(Duration::from_secs(10), || proxy
+        .held()
+        >= 1));
+    guard.unlock()?;
+    assert_eq!(
+        holder.stats().grants_given,
+        1,
+        "granted to the leaving waiter"
+    );
+    assert!(
+        !first.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "the leaving got no answer: the first wait reports no lock"
+    );
+    again.recv().unwrap();
+    assert!(held.recv_timeout(Duration::from_secs(10)).unwrap());
+    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
+    assert_eq!(fields[0].1, "1", "the grant was taken, not re-entered");
+    unlock_tx.send(()).unwrap();
+    waiter.join().unwrap()?;
+    assert!(!conn.exists::<_, bool>(NAME).unwrap(), "released for good");
+    Ok(())
+}
+
+/// A release that grants the lock while the waiter is already leaving (its wait ended): the
+/// leaving finds the grant, and the wait returns the lock instead of nothing.
+#[test]
+fn a_grant_made_while_its_waiter_leaves_is_returned_to_it() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let holder = manager(&server);
+    let other = LockManager::new(&proxy.url())?;
+    let mut conn = server.conn();
+    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
+    proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
+
+    let guard = holder.lock(NAME)?;
+    let (got, release, handle) = waiter(&other, Duration::from_millis(800));
+    assert!(support::eventually(Duration::from_secs(10), || proxy
+        .held()
+        >= 1));
+    guard.unlock()?;
+    assert_eq!(
+        holder.stats().grants_given,
+        1,
+        "granted to the leaving waiter"
+    );
+    proxy.release_requests();
+    assert!(
+        got.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "the wait returns the granted lock"
+    );
+    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
+    assert_eq!(fields[0].1, "1");
+    release.send(()).unwrap();
+    handle.join().unwrap();
+    assert!(!conn.exists::<_, bool>(NAME).unwrap(), "released");
+    assert!(!conn.exists::<_, bool>(WAITERS).unwrap());
+    Ok(())
+}
