@@ -12,12 +12,8 @@
 //! A lock kind is what [`LockKind`] says: how one attempt and one release are done and where
 //! releases are announced. Everything else is shared.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
 
 use crate::attempt_id::AttemptId;
 use crate::clock::BootInstant;
@@ -73,41 +69,6 @@ pub(crate) struct Engine {
     /// The process that made the engine: its connections, client id and thread numbers are
     /// that process's, so a forked child must not use them.
     origin: Origin,
-    unknown_grants: UnknownGrants,
-}
-
-/// Waits that ended without learning whether a release had granted them the lock (leaving
-/// the waiters failed), by lock name and thread: that thread's next acquire of the lock
-/// takes such a grant instead of re-entering it (docs/DESIGN.md, "Grants").
-#[derive(Default)]
-struct UnknownGrants {
-    /// How many there are, read on every acquire without taking the lock.
-    count: AtomicUsize,
-    waits: Mutex<HashMap<(Box<str>, u64), u64>>,
-}
-
-/// At most this many unknown grants are remembered (each expires in Redis with its lease).
-const UNKNOWN_GRANTS_KEPT: usize = 1024;
-
-impl UnknownGrants {
-    fn put(&self, keys: &LockKeys, thread: u64, number: u64) {
-        let mut waits = self.waits.lock();
-        if waits.len() >= UNKNOWN_GRANTS_KEPT {
-            waits.clear();
-        }
-        waits.insert((keys.name.clone(), thread), number);
-        self.count.store(waits.len(), Ordering::Relaxed);
-    }
-
-    fn take(&self, keys: &LockKeys, thread: u64) -> Option<u64> {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let mut waits = self.waits.lock();
-        let number = waits.remove(&(keys.name.clone(), thread));
-        self.count.store(waits.len(), Ordering::Relaxed);
-        number
-    }
 }
 
 /// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
@@ -121,12 +82,11 @@ struct Attempter<'a> {
     id: AttemptId,
     sent: BootInstant,
     token: Option<u64>,
+    /// Whether the owner holds nothing of the lock locally (see `AttemptArgs::fresh`).
+    fresh: bool,
     /// This wait's number while it is registered for grants (docs/DESIGN.md, "Grants"), and
     /// the control channel that tells a release its manager still listens.
     waiting: Option<(u64, String)>,
-    /// The number of an earlier wait of this thread that may have been granted the lock
-    /// without learning of it: attempts take such a grant instead of re-entering it.
-    absorb: Option<u64>,
 }
 
 impl Attempter<'_> {
@@ -137,22 +97,15 @@ impl Attempter<'_> {
             fenced: self.request.fenced,
             wait_ms: self.request.wait_ms,
             attempt_id: self.id.current(),
-            waiting: match (&self.waiting, self.absorb) {
-                (Some((number, control)), _) => Some(Waiting {
-                    number: *number,
-                    left_ms: self.request.deadline.map(|deadline| {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-                    }),
-                    control: Some(control.clone()),
+            fresh: self.fresh,
+            waiting: self.waiting.as_ref().map(|(number, control)| Waiting {
+                number: *number,
+                left_ms: self.request.deadline.map(|deadline| {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                 }),
-                (None, Some(number)) => Some(Waiting {
-                    number,
-                    left_ms: None,
-                    control: None,
-                }),
-                (None, None) => None,
-            },
+                control: control.clone(),
+            }),
         }
     }
 
@@ -243,7 +196,6 @@ impl Engine {
             client_id,
             config,
             origin: Origin::current(),
-            unknown_grants: UnknownGrants::default(),
         })
     }
 
@@ -358,6 +310,8 @@ impl Engine {
     ) -> Result<Option<Held>> {
         let thread = current_thread_number();
         let started = Instant::now();
+        // Reentrant: this thread holds the lock already, so no local thread can be ahead.
+        let reentrant = kind.uses_line() && self.holds.count(kind, keys, thread) > 0;
         let mut attempter = Attempter {
             engine: self,
             kind,
@@ -367,8 +321,8 @@ impl Engine {
             id: AttemptId::new(),
             sent: BootInstant::now(),
             token: None,
+            fresh: !reentrant,
             waiting: None,
-            absorb: self.unknown_grants.take(keys, thread),
         };
         if !kind.uses_line() {
             // Order is Redis' business (a fair queue) or holds are shared (readers): every
@@ -393,8 +347,6 @@ impl Engine {
                 false => Ok(None),
             };
         }
-        // Reentrant: this thread holds the lock already, so no local thread can be ahead.
-        let reentrant = self.holds.count(kind, keys, thread) > 0;
         if request.one_attempt {
             // One attempt and no queueing; while a local thread has the turn, the lock is
             // held or about to be, and the answer is no without asking.
@@ -576,9 +528,8 @@ impl Engine {
                     keys.name
                 );
                 // A grant may have come that this thread never learns of: its next acquire
-                // of the lock takes it rather than counting a second hold on top.
-                self.unknown_grants
-                    .put(keys, current_thread_number(), number);
+                // of the lock, holding nothing of it, takes it rather than counting a second
+                // hold on top (see ACQUIRE).
                 outcome
             }
         }
@@ -606,6 +557,13 @@ impl Engine {
         let outage_grace = self.config.connect_timeout;
         let mut down_since: Option<Instant> = None;
         loop {
+            if let Some((_, control)) = &mut attempter.waiting {
+                // Its listener's, where the channel is served now (after a failover or a
+                // resharding, another master's).
+                if let Some(now) = self.subscriber.control_channel_of(channel) {
+                    *control = now;
+                }
+            }
             // The first pass closes the race with a release announced before we subscribed.
             let holder_ttl = match attempter.attempt() {
                 Ok(Attempt::Acquired { .. }) => {

@@ -86,6 +86,10 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) wait_ms: Option<u64>,
     /// The attempt's id, the same in every send of one attempt (see `AttemptId`).
     pub(crate) attempt_id: &'a str,
+    /// Whether the owner holds nothing of the lock as far as this manager knows: then, for
+    /// kinds with [`LockKind::grants`], a hold granted to it by a release is taken, not
+    /// counted again (docs/DESIGN.md, "Grants").
+    pub(crate) fresh: bool,
     /// The caller's registration as a waiter, for kinds with [`LockKind::grants`].
     pub(crate) waiting: Option<Waiting>,
 }
@@ -112,13 +116,14 @@ impl LockKind for Reentrant {
         args: &AttemptArgs<'_>,
     ) -> Result<Attempt> {
         if args.fenced {
-            store.try_acquire_fenced(keys, args.lease_ms, args.owner, args.attempt_id)
+            store.try_acquire_fenced(keys, args.lease_ms, args.owner, args.attempt_id, args.fresh)
         } else {
             store.try_acquire(
                 keys,
                 args.lease_ms,
                 args.owner,
                 args.attempt_id,
+                args.fresh,
                 args.waiting.as_ref(),
             )
         }

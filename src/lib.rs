@@ -131,6 +131,8 @@
 //! Redisson client, nobody else), the release instead *grants* the lock to the one that
 //! registered first, in the same script call, and tells it by its wait's number: it wakes
 //! holding the lock, without a request of its own, and busy processes take the lock in turns.
+//! Fenced acquires do not wait for grants, nor do acquires with replica sync on a master
+//! that has replicas (the default there), nor any on a cluster without sharded pub/sub.
 //! `docs/DESIGN.md` has the rules ("Fairness", "Grants"), `BENCHMARKS.md` the figures (W2, W3
 //! and W6), and [`LockManager::stats`] counts what a manager sends and sees.
 //!

@@ -161,14 +161,15 @@ end
 }
 
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]` the lock's waiters
-/// hash (`redis_lock__waiters:{name}`). `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
+/// hash (`redis_lock__waiters:{name}`), named only by an owner that holds nothing of the lock
+/// as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
 /// attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
 /// number, `ARGV[6]` how long the caller still waits at most, in ms (empty: without limit),
 /// `ARGV[7]` how long past its next look a registration stays, in ms, `ARGV[8]` the control
-/// channel its manager's listener is subscribed to on this server (empty: take a grant made
-/// to that wait number, but do not register). `KEYS[3]` and `ARGV[5..]` may be left out (no
-/// registration, no grant taken). Replies nil when acquired (new, re-entered, or granted to this wait by a
-/// release), else the holder's PTTL, after registering the caller (with a wait number) in
+/// channel its manager's listener is subscribed to on this server (empty: do not register).
+/// `KEYS[3]` and `ARGV[5..]` may be left out (no registration, no grant taken). Replies nil
+/// when acquired (new, re-entered, or granted to the owner by a release: then without a
+/// second hold), else the holder's PTTL, after registering the caller (with a wait number) in
 /// the waiters hash, or refreshing its registration. A hash without TTL whose fields are not
 /// hold counts is somebody's data, not a lock held forever: refused with WRONGTYPE (a waiter
 /// would wait for it without end). docs/DESIGN.md ("Grants") describes the waiters hash.
@@ -185,9 +186,11 @@ pub const ACQUIRE: &str = attempt_script!(
         r#"
 local wait = ARGV[5] or ''
 local mine = KEYS[3] and redis.call('hget', KEYS[3], ARGV[2])
-if mine and wait ~= '' and string.match(mine, '^g (%d+) ') == wait
-        and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    -- A release granted the lock to this wait: the hold is there; its lease counts from now.
+if mine and string.sub(mine, 1, 2) == 'g ' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    -- A release granted the lock to this owner, which holds nothing of it as far as it
+    -- knows (only then is KEYS[3] named): this wait's grant, or one an earlier wait never
+    -- learned of. The hold is there, and is taken, not counted again; its lease counts from
+    -- now.
     redis.call('hdel', KEYS[3], ARGV[2])
     waiters_tidy(KEYS[3])
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -265,9 +268,11 @@ return 0
 );
 
 /// The fenced acquire: `KEYS[1]` lock key, `KEYS[2]` fencing token counter, `KEYS[3]` the
-/// owner's attempt marker. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]` attempt id,
-/// `ARGV[4]` marker TTL ms. Like [`ACQUIRE`], and every acquisition (re-entries too) also
-/// increments the counter. Replies a one-element array with the new token as a string when
+/// owner's attempt marker, `KEYS[4]` (optional) the waiters hash, named only by an owner that
+/// holds nothing of the lock as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field,
+/// `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms. Like [`ACQUIRE`] (a grant to the owner that
+/// it never learned of is taken, not counted again; it never registers), and every
+/// acquisition (re-entries too) also increments the counter. Replies a one-element array with the new token as a string when
 /// acquired (Lua numbers are doubles: a string keeps tokens above 2^53 exact), else the
 /// holder's PTTL. A repeated send of one attempt gets the first send's token.
 ///
@@ -287,6 +292,7 @@ pub const FENCED_ACQUIRE: &str = attempt_script!(
     replay = replay_lock_reply!(),
     concat!(
         not_a_lock_fn!(),
+        waiters_tidy_fn!(),
         r#"
 local kind = redis.call('type', KEYS[2])['ok']
 if kind ~= 'none' then
@@ -316,7 +322,14 @@ if kind ~= 'none' then
 end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('incr', KEYS[2])
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local mine = KEYS[4] and redis.call('hget', KEYS[4], ARGV[2])
+    if mine and string.sub(mine, 1, 2) == 'g ' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        -- Granted to this owner by a release it never learned of (see ACQUIRE): taken.
+        redis.call('hdel', KEYS[4], ARGV[2])
+        waiters_tidy(KEYS[4])
+    else
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    end
     redis.call('pexpire', KEYS[1], ARGV[1])
     local token = redis.call('get', KEYS[2])
     taken(token)

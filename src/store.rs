@@ -97,9 +97,8 @@ pub(crate) struct Waiting {
     /// How long the waiter still waits at most, in ms (`None`: without limit).
     pub(crate) left_ms: Option<u64>,
     /// The control channel of the manager's listener on the lock's server, by which a
-    /// release tells that the waiter's manager still listens; `None`: do not register, only
-    /// take a grant already made to `number` (one whose wait ended without learning of it).
-    pub(crate) control: Option<String>,
+    /// release tells that the waiter's manager still listens.
+    pub(crate) control: String,
 }
 
 /// Which of a lock channel's subscribers a release counts as nobody waiting.
@@ -269,26 +268,32 @@ impl LockStore {
     /// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
     /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
     ///
-    /// With `waiting`, an attempt that finds the lock held registers the caller as a waiter
-    /// that a release may grant the lock to (docs/DESIGN.md, "Grants"), and a release that
-    /// did so is found here: the attempt then reports the lock acquired.
+    /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
+    /// release made to it (docs/DESIGN.md, "Grants") instead of counting a second hold. With
+    /// `waiting` (always fresh), an attempt that finds the lock held registers the caller as a
+    /// waiter that a release may grant the lock to.
     pub(crate) fn try_acquire(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
         attempt_id: &str,
+        fresh: bool,
         waiting: Option<&Waiting>,
     ) -> Result<Attempt> {
-        let mut call =
-            self.acquire_call(keys, lease_ms, owner, attempt_id, false, waiting.is_some());
+        let mut call = self.acquire_call(
+            keys,
+            lease_ms,
+            owner,
+            attempt_id,
+            false,
+            fresh || waiting.is_some(),
+        );
         if let Some(waiting) = waiting {
-            // Named only by attempts that need it: during a slot migration, a key missing on
-            // the target would hold every re-entry back with TRYAGAIN.
             call.arg(waiting.number)
                 .arg(waiting.left_ms.map_or(String::new(), |ms| ms.to_string()))
                 .arg(REGISTRATION_MARGIN.as_millis() as u64)
-                .arg(waiting.control.as_deref().unwrap_or(""));
+                .arg(&waiting.control);
         }
         let pttl: Option<i64> = self.run_attempt(
             &keys.name,
@@ -298,16 +303,17 @@ impl LockStore {
         Ok(Attempt::from_reply(pttl))
     }
 
-    /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire), and on success the
-    /// lock's fencing counter is incremented and the new token returned.
+    /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire) (without waiting),
+    /// and on success the lock's fencing counter is incremented and the new token returned.
     pub(crate) fn try_acquire_fenced(
         &self,
         keys: &LockKeys,
         lease_ms: u64,
         owner: &str,
         attempt_id: &str,
+        fresh: bool,
     ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true, false);
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true, fresh);
         self.run_attempt(
             &keys.name,
             |conn| {
@@ -318,9 +324,11 @@ impl LockStore {
         )
     }
 
-    /// `EVALSHA` of the acquire script up to `ARGV[4]`, naming the waiters hash with
-    /// `waiting`, or with `fenced` of the fenced one (see `scripts.rs` for their KEYS and ARGV:
-    /// the fenced one has the counter as `KEYS[2]` and no waiters hash).
+    /// `EVALSHA` of the acquire script up to `ARGV[4]`, or with `fenced` of the fenced one,
+    /// naming the waiters hash with `waiters` (see `scripts.rs` for their KEYS and ARGV: the
+    /// fenced one has the counter as `KEYS[2]`, the waiters hash as `KEYS[4]`). The waiters
+    /// hash is named only where needed: during a slot migration, a key missing on the target
+    /// holds a call back with TRYAGAIN, and re-entries must go on then.
     fn acquire_call(
         &self,
         keys: &LockKeys,
@@ -328,23 +336,23 @@ impl LockStore {
         owner: &str,
         attempt_id: &str,
         fenced: bool,
-        waiting: bool,
+        waiters: bool,
     ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
         if fenced {
             call.arg(self.scripts.fenced_acquire.get_hash())
-                .arg(3)
+                .arg(3 + u8::from(waiters))
                 .arg(&*keys.name)
                 .arg(keys.token_key())
                 .arg(keys.attempt_marker(owner));
         } else {
             call.arg(self.scripts.acquire.get_hash())
-                .arg(2 + u8::from(waiting))
+                .arg(2 + u8::from(waiters))
                 .arg(&*keys.name)
                 .arg(keys.attempt_marker(owner));
-            if waiting {
-                call.arg(keys.waiters_key());
-            }
+        }
+        if waiters {
+            call.arg(keys.waiters_key());
         }
         call.arg(lease_ms)
             .arg(owner)

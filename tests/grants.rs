@@ -85,22 +85,23 @@ fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_reque
 
     let guard = holder.lock(NAME)?;
     let (got, release, handle) = registered_waiter(&other, &mut conn, 1);
-    let before = other.stats();
     guard.unlock()?;
     assert!(got.recv_timeout(Duration::from_secs(10)).unwrap());
-    let after = other.stats();
 
     assert_eq!(holder.stats().grants_given, 1);
-    assert_eq!(after.grants_taken - before.grants_taken, 1);
-    assert_eq!(
-        after.round_trips, before.round_trips,
-        "the granted waiter sent nothing to take the lock"
-    );
+    assert_eq!(other.stats().grants_taken, 1);
     // The hold is the waiter's, counted once, with its lease.
     let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
     assert_eq!(fields.len(), 1, "{fields:?}");
     assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
     assert_eq!(fields[0].1, "1");
+    // An acquire that takes something leaves its attempt marker; the grant was taken without
+    // one (the waiter's registering attempts found the lock held, and took nothing).
+    let marker = format!("redis_lock__attempt:{{{NAME}}}:{}", fields[0].0);
+    assert!(
+        !conn.exists::<_, bool>(&marker).unwrap(),
+        "the granted waiter sent nothing to take the lock"
+    );
     let pttl: i64 = conn.pttl(NAME).unwrap();
     assert!(pttl > 20_000, "the grant set the waiter's lease: {pttl}");
 
@@ -286,16 +287,26 @@ fn the_wire_protocol_of_a_grant() {
     };
     assert_eq!(left(&mut conn), 1);
     assert_eq!(left(&mut conn), 1);
-    // ... and so does the waiter's attempt, which takes no second hold.
-    assert_eq!(attempt(&mut conn, waiter, "w3", "4242"), None);
+    // ... and so does the owner's next attempt while it holds nothing as far as it knows
+    // (it names the waiters hash), with or without a wait number: no second hold.
+    assert_eq!(attempt_with(&mut conn, waiter, "w3", "", ""), None);
     let count: String = conn.hget(NAME, waiter).unwrap();
     assert_eq!(count, "1", "the grant counts once");
     assert!(
         !conn.exists::<_, bool>(WAITERS).unwrap(),
         "the grant's marker went with it"
     );
-    // Another wait's number is not this grant's: a thread that holds re-enters as usual.
-    assert_eq!(attempt(&mut conn, waiter, "w4", "999"), None);
+    // Taken, the grant is gone: a re-entry (which does not name the waiters hash) counts.
+    let reentry: Option<i64> = acquire
+        .key(NAME)
+        .key(format!("redis_lock__attempt:{{{NAME}}}:{waiter}"))
+        .arg(30_000)
+        .arg(waiter)
+        .arg("w4")
+        .arg(11_000)
+        .invoke(&mut conn)
+        .expect("acquire");
+    assert_eq!(reentry, None);
     let count: String = conn.hget(NAME, waiter).unwrap();
     assert_eq!(count, "2");
 }
@@ -336,6 +347,25 @@ fn without_the_right_to_count_subscribers_a_release_leaves_the_lock_free() -> Re
 /// and holds the lock once, not twice (a second hold would outlive its unlock).
 #[test]
 fn a_grant_its_waiter_never_learned_of_is_taken_by_the_next_acquire_once() -> Result<()> {
+    never_learned_of_then(|manager| manager.try_lock(NAME, Duration::from_secs(5)))
+}
+
+/// As above, with a fenced acquire next: it takes the grant too, with a token.
+#[test]
+fn a_grant_its_waiter_never_learned_of_is_taken_by_a_fenced_acquire_once() -> Result<()> {
+    never_learned_of_then(|manager| {
+        let guard = manager.try_lock_fenced(NAME, Duration::from_secs(5))?;
+        assert!(
+            guard.as_ref().and_then(|g| g.fencing_token()).is_some(),
+            "a token"
+        );
+        Ok(guard)
+    })
+}
+
+fn never_learned_of_then(
+    next: fn(&LockManager) -> Result<Option<redis_lock::LockGuard>>,
+) -> Result<()> {
     let server = RedisServer::start();
     let proxy = support::proxy::Proxy::start(server.port());
     let holder = manager(&server);
@@ -358,7 +388,7 @@ fn a_grant_its_waiter_never_learned_of_is_taken_by_the_next_acquire_once() -> Re
                 .send(other.try_lock(NAME, Duration::from_millis(800))?.is_some())
                 .unwrap();
             again_tx.send(()).unwrap();
-            let guard = other.try_lock(NAME, Duration::from_secs(5))?;
+            let guard = next(&other)?;
             held_tx.send(guard.is_some()).unwrap();
             unlock.recv().unwrap();
             drop(guard);
