@@ -696,12 +696,14 @@ impl Engine {
             .filter(|next| next.may_acquire() && !self.store.waits_for_replicas(&keys.name))
             .map(|next| (owner_field(&self.client_id, next.thread()), next.lease_ms()));
         let channel = kind.channel(keys, &owner);
+        // Whether this manager's own listener hears the unlock (only a last release sends one).
+        let listening = last && self.subscriber.is_listening(&channel);
         // Who may hear the unlock without the lock being left to them: this manager's own
         // listener, or everyone while yields keep finding the lock free (no real waiter).
         let ignored = if uses_line && self.line.yields_suspended() {
             u64::from(u32::MAX)
         } else {
-            u64::from(last && uses_line && self.subscriber.is_listening(&channel))
+            u64::from(uses_line && listening)
         };
         // What this manager's listener will have heard on the channel once this release's own
         // unlock message is in, if nobody else releases the lock meanwhile: only a release
@@ -720,7 +722,7 @@ impl Engine {
             lease_ms,
             Listeners {
                 ignored,
-                own: last && self.subscriber.is_listening(&channel),
+                own: listening,
             },
             next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease)),
         );

@@ -23,6 +23,13 @@ fn manager(server: &RedisServer) -> LockManager {
     LockManager::new(&server.url()).expect("manager")
 }
 
+/// A server, and two managers on it: one to hold the lock, one to wait for it.
+fn two_managers() -> (RedisServer, LockManager, LockManager) {
+    let server = RedisServer::start();
+    let (holder, other) = (manager(&server), manager(&server));
+    (server, holder, other)
+}
+
 /// Whether `manager`'s thread waiting on [`NAME`] is registered for a grant (its entry in the
 /// waiters hash) and its listener subscribed: from then on a release may grant it the lock.
 fn registered(conn: &mut redis::Connection, manager: &LockManager, subscribers: i64) -> bool {
@@ -78,9 +85,7 @@ fn registered_waiter(
 
 #[test]
 fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_request() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = manager(&server);
-    let other = manager(&server);
+    let (server, holder, other) = two_managers();
     let mut conn = server.conn();
 
     let guard = holder.lock(NAME)?;
@@ -117,9 +122,7 @@ fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_reque
 
 #[test]
 fn another_subscriber_on_the_channel_gets_the_lock_left_free_as_before() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = manager(&server);
-    let other = manager(&server);
+    let (server, holder, other) = two_managers();
     let mut conn = server.conn();
     // A client that is not a registered waiter of ours listens (as a Redisson waiter does).
     let mut bystander_conn = server.conn();
@@ -141,9 +144,7 @@ fn another_subscriber_on_the_channel_gets_the_lock_left_free_as_before() -> Resu
 
 #[test]
 fn a_waiter_that_gives_up_leaves_no_registration_and_is_not_granted_later() -> Result<()> {
-    let server = RedisServer::start();
-    let holder = manager(&server);
-    let other = manager(&server);
+    let (server, holder, other) = two_managers();
     let mut conn = server.conn();
 
     let guard = holder.lock(NAME)?;
