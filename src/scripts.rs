@@ -12,7 +12,7 @@ use redis::Script;
 /// latch, `KEYS[latch]`, exists) with the first call's reply. The body stores its reply in
 /// `KEYS[latch]` with the latch TTL.
 macro_rules! latched_script {
-    (latch = $latch:literal, earlier = $earlier:literal, $body:literal) => {
+    (latch = $latch:literal, earlier = $earlier:literal, $body:expr) => {
         concat!(
             "\nfor i = ",
             $earlier,
@@ -366,7 +366,10 @@ end"#,
 pub const RELEASE: &str = latched_script!(
     latch = 3,
     earlier = 5,
-    r#"
+    concat!(
+        server_ms_fn!(),
+        waiters_tidy_fn!(),
+        r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
@@ -378,8 +381,7 @@ else
     redis.call('del', KEYS[1])
     if (ARGV[10] or '') ~= '' and redis.call('exists', KEYS[4]) == 1 then
         redis.call('hdel', KEYS[4], ARGV[3])
-        local t = redis.call('time')
-        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local now = server_ms()
         local entries = redis.call('hgetall', KEYS[4])
         local live, first, first_ticket = 0, nil, nil
         for i = 1, #entries, 2 do
@@ -418,9 +420,7 @@ else
                 result = 4
             end
         end
-        if redis.call('hlen', KEYS[4]) == 1 and redis.call('hexists', KEYS[4], '#') == 1 then
-            redis.call('del', KEYS[4])
-        end
+        waiters_tidy(KEYS[4])
     end
     if result == 1 then
         local heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
@@ -439,6 +439,7 @@ end
 redis.call('set', KEYS[3], result, 'px', ARGV[5])
 return result
 "#
+    )
 );
 
 /// KEYS: lock keys. `ARGV[1]` watchdog timeout ms, `ARGV[i + 1]` the owner field for `KEYS[i]`.

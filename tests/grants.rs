@@ -60,6 +60,44 @@ fn waiter(
     (got_rx, release, handle)
 }
 
+/// The hold on [`NAME`] in Redis: `manager`'s, one hold (`why` says why that matters); its
+/// owner field.
+fn held_once_by(conn: &mut redis::Connection, manager: &LockManager, why: &str) -> String {
+    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    let (owner, count) = fields.into_iter().next().unwrap();
+    assert!(owner.starts_with(manager.client_id()), "{owner}");
+    assert_eq!(count, "1", "{why}");
+    owner
+}
+
+/// A proxy in front of `server` that holds back every STOP_WAITING call: a waiter whose wait
+/// ended stays registered, and gets no answer, until the test says so.
+fn stop_waiting_held_back(server: &RedisServer) -> support::proxy::Proxy {
+    let proxy = support::proxy::Proxy::start(server.port());
+    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
+    proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
+    proxy
+}
+
+/// Once a waiter (behind `proxy`) is leaving, releases `guard`, which grants the lock to it.
+fn grant_to_the_leaving_waiter(
+    proxy: &support::proxy::Proxy,
+    guard: redis_lock::LockGuard,
+    holder: &LockManager,
+) -> Result<()> {
+    assert!(support::eventually(Duration::from_secs(10), || proxy
+        .held()
+        >= 1));
+    guard.unlock()?;
+    assert_eq!(
+        holder.stats().grants_given,
+        1,
+        "granted to the leaving waiter"
+    );
+    Ok(())
+}
+
 /// [`waiter`] for 20 s at most, once it is registered for a grant, with `subscribers` on the
 /// lock's channel in all.
 fn registered_waiter(
@@ -96,13 +134,10 @@ fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_reque
     assert_eq!(holder.stats().grants_given, 1);
     assert_eq!(other.stats().grants_taken, 1);
     // The hold is the waiter's, counted once, with its lease.
-    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
-    assert_eq!(fields.len(), 1, "{fields:?}");
-    assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
-    assert_eq!(fields[0].1, "1");
+    let owner = held_once_by(&mut conn, &other, "the grant counts once");
     // An acquire that takes something leaves its attempt marker; the grant was taken without
     // one (the waiter's registering attempts found the lock held, and took nothing).
-    let marker = format!("redis_lock__attempt:{{{NAME}}}:{}", fields[0].0);
+    let marker = format!("redis_lock__attempt:{{{NAME}}}:{owner}");
     assert!(
         !conn.exists::<_, bool>(&marker).unwrap(),
         "the granted waiter sent nothing to take the lock"
@@ -368,14 +403,12 @@ fn never_learned_of_then(
     next: fn(&LockManager) -> Result<Option<redis_lock::LockGuard>>,
 ) -> Result<()> {
     let server = RedisServer::start();
-    let proxy = support::proxy::Proxy::start(server.port());
+    let proxy = stop_waiting_held_back(&server);
     let holder = manager(&server);
     let other = LockManager::builder(&proxy.url())
         .response_timeout(Duration::from_millis(300))
         .build()?;
     let mut conn = server.conn();
-    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
-    proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
 
     let guard = holder.lock(NAME)?;
     let (first_tx, first) = mpsc::channel();
@@ -397,25 +430,14 @@ fn never_learned_of_then(
         })
     };
     // The wait ends and its leaving is held back: the release now grants the lock to it.
-    assert!(support::eventually(Duration::from_secs(10), || proxy
-        .held()
-        >= 1));
-    guard.unlock()?;
-    assert_eq!(
-        holder.stats().grants_given,
-        1,
-        "granted to the leaving waiter"
-    );
+    grant_to_the_leaving_waiter(&proxy, guard, &holder)?;
     assert!(
         !first.recv_timeout(Duration::from_secs(10)).unwrap(),
         "the leaving got no answer: the first wait reports no lock"
     );
     again.recv().unwrap();
     assert!(held.recv_timeout(Duration::from_secs(10)).unwrap());
-    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
-    assert_eq!(fields.len(), 1, "{fields:?}");
-    assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
-    assert_eq!(fields[0].1, "1", "the grant was taken, not re-entered");
+    held_once_by(&mut conn, &other, "the grant was taken, not re-entered");
     unlock_tx.send(()).unwrap();
     waiter.join().unwrap()?;
     assert!(!conn.exists::<_, bool>(NAME).unwrap(), "released for good");
@@ -427,33 +449,20 @@ fn never_learned_of_then(
 #[test]
 fn a_grant_made_while_its_waiter_leaves_is_returned_to_it() -> Result<()> {
     let server = RedisServer::start();
-    let proxy = support::proxy::Proxy::start(server.port());
+    let proxy = stop_waiting_held_back(&server);
     let holder = manager(&server);
     let other = LockManager::new(&proxy.url())?;
     let mut conn = server.conn();
-    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
-    proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
 
     let guard = holder.lock(NAME)?;
     let (got, release, handle) = waiter(&other, Duration::from_millis(800));
-    assert!(support::eventually(Duration::from_secs(10), || proxy
-        .held()
-        >= 1));
-    guard.unlock()?;
-    assert_eq!(
-        holder.stats().grants_given,
-        1,
-        "granted to the leaving waiter"
-    );
+    grant_to_the_leaving_waiter(&proxy, guard, &holder)?;
     proxy.release_requests();
     assert!(
         got.recv_timeout(Duration::from_secs(10)).unwrap(),
         "the wait returns the granted lock"
     );
-    let fields: Vec<(String, String)> = conn.hgetall(NAME).unwrap();
-    assert_eq!(fields.len(), 1, "{fields:?}");
-    assert!(fields[0].0.starts_with(other.client_id()), "{fields:?}");
-    assert_eq!(fields[0].1, "1");
+    held_once_by(&mut conn, &other, "the grant counts once");
     release.send(()).unwrap();
     handle.join().unwrap();
     assert!(!conn.exists::<_, bool>(NAME).unwrap(), "released");
