@@ -15,7 +15,7 @@ mod support;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, Criterion};
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
 const GROUP: &str = "w1_uncontended";
 
@@ -24,8 +24,8 @@ fn uncontended(c: &mut Criterion) {
     let url = server.url();
     let manager = LockManager::new(&url).expect("manager");
     let mut raw = support::nodelay_conn(&url);
-    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
-    let release = redis::Script::new(redis_lock::lua::RELEASE);
+    let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
+    let release = redis::Script::new(redis_rlock::lua::RELEASE);
     acquire.load(&mut raw).expect("SCRIPT LOAD");
     release.load(&mut raw).expect("SCRIPT LOAD");
 
@@ -39,8 +39,8 @@ fn uncontended(c: &mut Criterion) {
             request += 1;
             let held_by: Option<i64> = acquire
                 .key("bench:raw")
-                .key("redis_lock__attempt:{bench:raw}:00000000-0000-0000-0000-000000000000:1")
-                .key("redis_lock__waiters:{bench:raw}")
+                .key("redis_rlock__attempt:{bench:raw}:00000000-0000-0000-0000-000000000000:1")
+                .key("redis_rlock__waiters:{bench:raw}")
                 .arg(30_000)
                 .arg("00000000-0000-0000-0000-000000000000:1")
                 .arg(request) // the attempt id: a new one per attempt
@@ -52,7 +52,7 @@ fn uncontended(c: &mut Criterion) {
                 .key("bench:raw")
                 .key("redisson_lock__channel:{bench:raw}")
                 .key(format!("redisson_unlock_latch:{{bench:raw}}:{request}"))
-                .key("redis_lock__waiters:{bench:raw}")
+                .key("redis_rlock__waiters:{bench:raw}")
                 // The previous call's latch, deleted by this one, as the lock's releases do.
                 .key(format!(
                     "redisson_unlock_latch:{{bench:raw}}:{}",

@@ -15,7 +15,7 @@ mod support;
 
 use std::sync::Mutex;
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
 /// The protected resource. It needs no lock of its own: it only remembers the highest token
 /// it has accepted and refuses older ones.

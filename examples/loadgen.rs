@@ -28,7 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockGuard, LockManager, RedLock};
+use redis_rlock::{LockGuard, LockManager, RedLock};
 
 /// Counts live heap bytes, so the memory figures are measured, not estimated.
 struct CountingAllocator;
@@ -152,7 +152,7 @@ fn main() -> ExitCode {
         })
         .unwrap_or_default();
     println!(
-        "redis-lock loadgen ({} mode), redis {version}, {} CPUs",
+        "redis-rlock loadgen ({} mode), redis {version}, {} CPUs",
         if quick { "quick" } else { "full" },
         thread::available_parallelism().map_or(0, |n| n.get())
     );
@@ -333,8 +333,8 @@ fn redlock_cycles(url: &str, scale: &Scale, network: Option<(Duration, &'static 
     const OWNER: &str = "00000000-0000-0000-0000-000000000000:1";
     impl RawMasters {
         fn connect(urls: &[String]) -> Self {
-            let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
-            let release = redis::Script::new(redis_lock::lua::RELEASE);
+            let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
+            let release = redis::Script::new(redis_rlock::lua::RELEASE);
             let conns = urls
                 .iter()
                 .map(|url| {
@@ -371,8 +371,8 @@ fn redlock_cycles(url: &str, scale: &Scale, network: Option<(Duration, &'static 
                 .arg(&self.acquire)
                 .arg(3)
                 .arg(KEY)
-                .arg(format!("redis_lock__attempt:{{{KEY}}}:{OWNER}"))
-                .arg(format!("redis_lock__waiters:{{{KEY}}}"))
+                .arg(format!("redis_rlock__attempt:{{{KEY}}}:{OWNER}"))
+                .arg(format!("redis_rlock__waiters:{{{KEY}}}"))
                 .arg(30_000)
                 .arg(OWNER)
                 .arg(self.request) // the attempt id: a new one per attempt
@@ -589,8 +589,8 @@ struct RawSemaphore {
 impl RawSemaphore {
     fn connect(url: &str, key: &str) -> Self {
         let mut conn = support::nodelay_conn(url);
-        let acquire = redis::Script::new(redis_lock::lua::SEMAPHORE_TRY_ACQUIRE);
-        let release = redis::Script::new(redis_lock::lua::SEMAPHORE_RELEASE);
+        let acquire = redis::Script::new(redis_rlock::lua::SEMAPHORE_TRY_ACQUIRE);
+        let release = redis::Script::new(redis_rlock::lua::SEMAPHORE_RELEASE);
         acquire.load(&mut conn).expect("SCRIPT LOAD");
         release.load(&mut conn).expect("SCRIPT LOAD");
         let _: () = conn.set(key, 4).expect("SET the raw semaphore");
@@ -600,7 +600,9 @@ impl RawSemaphore {
             release,
             key: key.to_owned(),
             channel: format!("redisson_sc:{{{key}}}"),
-            marker: format!("redis_lock__attempt:{{{key}}}:00000000-0000-0000-0000-000000000000:1"),
+            marker: format!(
+                "redis_rlock__attempt:{{{key}}}:00000000-0000-0000-0000-000000000000:1"
+            ),
             attempts: 0,
         }
     }
@@ -659,8 +661,8 @@ struct RawLock {
 impl RawLock {
     fn connect(url: &str, key: &str) -> Self {
         let mut conn = support::nodelay_conn(url);
-        let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
-        let release = redis::Script::new(redis_lock::lua::RELEASE);
+        let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
+        let release = redis::Script::new(redis_rlock::lua::RELEASE);
         acquire.load(&mut conn).expect("SCRIPT LOAD");
         release.load(&mut conn).expect("SCRIPT LOAD");
         RawLock {
@@ -696,10 +698,10 @@ impl RawLock {
             .acquire
             .key(&self.key)
             .key(format!(
-                "redis_lock__attempt:{{{}}}:{}",
+                "redis_rlock__attempt:{{{}}}:{}",
                 self.key, self.owner
             ))
-            .key(format!("redis_lock__waiters:{{{}}}", self.key))
+            .key(format!("redis_rlock__waiters:{{{}}}", self.key))
             .arg(30_000)
             .arg(&self.owner)
             .arg(self.request) // the attempt id: the release below moves it on
@@ -717,7 +719,7 @@ impl RawLock {
             .key(&self.key)
             .key(&self.channel)
             .key(latch)
-            .key(format!("redis_lock__waiters:{{{}}}", self.key))
+            .key(format!("redis_rlock__waiters:{{{}}}", self.key))
             // The previous call's latch, deleted by this one, as the lock's releases do.
             .key(format!("{}-{}", self.latch_prefix, self.request - 1))
             .arg("0")
@@ -1364,7 +1366,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         ),
         row(
             "W3 handoff",
-            "same p50, against python-redis-lock's BLPOP handoff raw",
+            "same p50, against PYTHON_REDIS_RLOCK_KEEP's BLPOP handoff raw",
             micros(handoff.p50),
         )
         .against(
@@ -1606,7 +1608,7 @@ fn w8_read_write(url: &str, scale: &Scale) -> Vec<Row> {
     ]
 }
 
-/// The acquire script (`redis_lock::lua::ACQUIRE`, loaded as `acquire`) for `owner` on lock
+/// The acquire script (`redis_rlock::lua::ACQUIRE`, loaded as `acquire`) for `owner` on lock
 /// `key`, with a 30 s lease, as the raw handoffs' waiters send it.
 fn raw_acquire_call(
     acquire: &redis::Script,
@@ -1618,8 +1620,8 @@ fn raw_acquire_call(
     call.arg(acquire.get_hash())
         .arg(3)
         .arg(key)
-        .arg(format!("redis_lock__attempt:{{{key}}}:{owner}"))
-        .arg(format!("redis_lock__waiters:{{{key}}}"))
+        .arg(format!("redis_rlock__attempt:{{{key}}}:{owner}"))
+        .arg(format!("redis_rlock__waiters:{{{key}}}"))
         .arg(30_000)
         .arg(owner)
         .arg(attempt_id)
@@ -1693,7 +1695,7 @@ fn raw_pubsub_handoff(url: &str, n: usize, sender: RawSender) -> Vec<Duration> {
     let waiter = {
         let woken = Arc::clone(&woken);
         let mut conn = Some(support::nodelay_conn(url));
-        let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+        let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
         acquire
             .load(conn.as_mut().expect("a connection"))
             .expect("SCRIPT LOAD");
@@ -1774,7 +1776,7 @@ fn time_raw_handoffs(
 enum RawAcquire {
     /// This crate's acquire script (Redisson's hash and the attempt marker).
     Script,
-    /// `SET NX PX`, as python-redis-lock's waiter: what the script costs beyond it.
+    /// `SET NX PX`, as PYTHON_REDIS_RLOCK_KEEP's waiter: what the script costs beyond it.
     SetNx,
 }
 
@@ -1802,7 +1804,7 @@ fn raw_own_subscription_handoff(url: &str, n: usize, acquire_with: RawAcquire) -
     let mut conn = redis::Client::open(info)
         .and_then(|c| c.get_connection())
         .expect("RESP3 connection");
-    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
     acquire.load(&mut conn).expect("SCRIPT LOAD");
     conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())
         .expect("SUBSCRIBE");
@@ -1866,7 +1868,7 @@ fn raw_own_subscription_handoff(url: &str, n: usize, acquire_with: RawAcquire) -
     samples
 }
 
-/// The release of python-redis-lock's handoff (ionelmc's library), written here from its
+/// The release of PYTHON_REDIS_RLOCK_KEEP's handoff (ionelmc's library), written here from its
 /// documented algorithm: if the caller still owns the lock, empty the signal list, push one
 /// token onto it (so that exactly one `BLPOP` waiter wakes), let the list expire, and delete
 /// the lock. KEYS: the lock, the signal list; ARGV: the owner's token, the list's expiry in ms.
@@ -1881,7 +1883,7 @@ redis.call("del", KEYS[1])
 return 1
 "#;
 
-/// python-redis-lock's handoff done raw, for comparison with pub/sub: the waiter retries
+/// PYTHON_REDIS_RLOCK_KEEP's handoff done raw, for comparison with pub/sub: the waiter retries
 /// `SET NX PX` and, while that fails, blocks in `BLPOP lock-signal:<name>` on its own
 /// connection; the release pushes a token there. Measured as in [`raw_pubsub_handoff`]: from
 /// the release returning to the waiter's successful `SET NX` returning. A waiter needs no
@@ -1912,7 +1914,7 @@ fn blpop_handoff(url: &str, n: usize) -> Vec<Duration> {
                 if set.is_some() {
                     break;
                 }
-                // python-redis-lock blocks for the lock's expiry; 5 s is longer than any
+                // PYTHON_REDIS_RLOCK_KEEP blocks for the lock's expiry; 5 s is longer than any
                 // handoff here and bounds a lost signal.
                 let _: Option<(String, String)> = conn.blpop(signal, 5.0).expect("BLPOP");
             }
@@ -2001,10 +2003,10 @@ fn w4_watchdog_scale(url: &str, scale: &Scale) -> Vec<Row> {
         (LIVE_BYTES.load(Ordering::Relaxed) - bytes_before - vec_bytes) as f64 / names.len() as f64;
 
     let stats_before = manager.stats();
-    let cpu_before = thread_cpu_time("redis-lock-watchdog").unwrap_or_default();
+    let cpu_before = thread_cpu_time("redis-rlock-watchdog").unwrap_or_default();
     let start = Instant::now();
     thread::sleep(scale.w4_hold);
-    let cpu = thread_cpu_time("redis-lock-watchdog").unwrap_or_default() - cpu_before;
+    let cpu = thread_cpu_time("redis-rlock-watchdog").unwrap_or_default() - cpu_before;
     let held_for = start.elapsed();
     let stats = manager.stats();
     let sweeps = stats.renewal_sweeps - stats_before.renewal_sweeps;

@@ -12,9 +12,9 @@ mod support;
 
 use std::time::Duration;
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
-fn main() -> redis_lock::Result<()> {
+fn main() -> redis_rlock::Result<()> {
     let (url, _server) = support::url_from_env_or_start();
     let manager = LockManager::builder(&url)
         .watchdog_timeout(Duration::from_secs(30))

@@ -18,7 +18,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::thread;
 
 use redis::Commands;
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
 const STOCK: i64 = 200;
 const PROCESSES: usize = 3;

@@ -1,8 +1,8 @@
-//! Gives the shared library (built as `libredis_lock_ffi.so`) the versioned soname it is
-//! installed under on ELF targets, `libredis_lock.so.<major>`, as C libraries have: programs linked against it then record that name and keep loading a
+//! Gives the shared library (built as `libredis_rlock_ffi.so`) the versioned soname it is
+//! installed under on ELF targets, `libredis_rlock.so.<major>`, as C libraries have: programs linked against it then record that name and keep loading a
 //! compatible library when a newer one with another major version is installed beside it.
-//! `scripts/install-c` installs the file as `libredis_lock.so.<version>`, with the soname and
-//! `libredis_lock.so` as symlinks.
+//! `scripts/install-c` installs the file as `libredis_rlock.so.<version>`, with the soname and
+//! `libredis_rlock.so` as symlinks.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -14,6 +14,6 @@ fn main() {
         "linux" | "android" | "freebsd" | "netbsd" | "openbsd" | "dragonfly"
     ) {
         let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets it");
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libredis_lock.so.{major}");
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libredis_rlock.so.{major}");
     }
 }

@@ -18,7 +18,7 @@ use crate::store::LockStore;
 /// How to grant what the locks need, for the error message.
 const GRANT: &str = "grant the rights with `ACL SETUSER <user> +publish +subscribe \
                      +unsubscribe &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
-                     &redisson_countdownlatch__channel__* &redis_lock__control:*` (or \
+                     &redisson_countdownlatch__channel__* &redis_rlock__control:*` (or \
                      `allchannels` for the channels; on a cluster with sharded pub/sub also \
                      +spublish +ssubscribe +sunsubscribe)";
 
@@ -27,7 +27,7 @@ const GRANT: &str = "grant the rights with `ACL SETUSER <user> +publish +subscri
 /// lock waiter's (the same with `:<owner>` after it), the read-write lock's
 /// (`redisson_rwlock:{<name>}`), the semaphore's (`redisson_sc:{<name>}`), the count-down
 /// latch's (`redisson_countdownlatch__channel__{<name>}`), and the manager's control channel
-/// (`redis_lock__control:{<client_id>}`). Fails with [`Error::Connect`] naming the refused
+/// (`redis_rlock__control:{<client_id>}`). Fails with [`Error::Connect`] naming the refused
 /// right; other errors (Redis down, timeouts) are returned as they are. A manager serves every
 /// kind through one handle, so a right missing for one kind is found here rather than as
 /// waiters of that kind woken only by polling.
@@ -40,8 +40,11 @@ pub(crate) fn check_channel_rights(
     client_id: &str,
     response_timeout: Duration,
 ) -> Result<()> {
-    let probe = LockKeys::new(&format!("redis-lock-rights-check-{}", uuid::Uuid::new_v4()))?;
-    let control_channel = format!("redis_lock__control:{{{client_id}}}");
+    let probe = LockKeys::new(&format!(
+        "redis-rlock-rights-check-{}",
+        uuid::Uuid::new_v4()
+    ))?;
+    let control_channel = format!("redis_rlock__control:{{{client_id}}}");
     let channels = [
         probe.channel(),
         // A fair lock's waiter hears on a channel of its own, past the lock's.

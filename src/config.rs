@@ -132,11 +132,11 @@ impl Config {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// let manager = redis_lock::LockManager::builder("redis://127.0.0.1:6379/")
+/// let manager = redis_rlock::LockManager::builder("redis://127.0.0.1:6379/")
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .pool_size(16)
 ///     .build()?;
-/// # Ok::<(), redis_lock::Error>(())
+/// # Ok::<(), redis_rlock::Error>(())
 /// ```
 #[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
@@ -254,10 +254,10 @@ impl LockManagerBuilder {
     ///
     /// ```no_run
     /// let ca = std::fs::read("ca.crt").expect("the CA certificate");
-    /// let manager = redis_lock::LockManager::builder("rediss://redis.internal:6380/")
+    /// let manager = redis_rlock::LockManager::builder("rediss://redis.internal:6380/")
     ///     .tls_root_certificate(ca)
     ///     .build()?;
-    /// # Ok::<(), redis_lock::Error>(())
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -297,7 +297,7 @@ impl LockManagerBuilder {
     /// Redis user may not PUBLISH and SUBSCRIBE on the channels of every kind
     /// (`redisson_lock__channel:*`, `redisson_rwlock:*`, `redisson_sc:*`,
     /// `redisson_countdownlatch__channel__*`) and the manager's control channel
-    /// (`redis_lock__control:*`): Redis 7 gives new ACL users no channel rights, and without
+    /// (`redis_rlock__control:*`): Redis 7 gives new ACL users no channel rights, and without
     /// them releases fail and waiters are never woken.
     pub fn build(self) -> Result<LockManager> {
         let config = self.validate()?;

@@ -82,14 +82,14 @@ static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| Script::new(COUNT_DOWN_LA
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
+/// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
 /// let ready = manager.get_count_down_latch("batch:42:ready");
 /// ready.try_set_count(3)?;
 /// // ... three workers, anywhere, each call `ready.count_down()` when done ...
 /// if ready.wait(Duration::from_secs(60))? {
 ///     // all three are done
 /// }
-/// # Ok::<(), redis_lock::Error>(())
+/// # Ok::<(), redis_rlock::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {

@@ -214,7 +214,7 @@ fn start_worker(index: usize) -> io::Result<Worker> {
     let mailbox = Arc::clone(&jobs);
     let (number_tx, number_rx) = crossbeam_channel::bounded(1);
     thread::Builder::new()
-        .name(format!("redis-lock-fan-out-{index}"))
+        .name(format!("redis-rlock-fan-out-{index}"))
         .spawn(move || {
             let _ = number_tx.send(crate::owner::current_thread_number());
             // Runs until the process exits.
@@ -313,7 +313,7 @@ pub(crate) fn run_all<R: Send + 'static>(tasks: Vec<Task<R>>) -> Vec<io::Result<
     for (index, job) in own_threads {
         let for_thread = Arc::clone(&gather);
         let spawned = thread::Builder::new()
-            .name("redis-lock-fan-out-extra".into())
+            .name("redis-rlock-fan-out-extra".into())
             .spawn(move || for_thread.finish(index, panic::catch_unwind(AssertUnwindSafe(job))));
         if let Err(err) = spawned {
             unplaced[index] = Some(err);

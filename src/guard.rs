@@ -107,14 +107,14 @@ impl LockGuard {
     /// keep it, rather than one per check.
     ///
     /// ```no_run
-    /// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
+    /// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
     /// let guard = manager.lock("jobs:nightly")?;
     /// let lost = guard.lost_signal();
     /// // ... between steps of the work:
     /// if lost.try_recv().is_ok() {
     ///     // stop: someone else may hold the lock now
     /// }
-    /// # Ok::<(), redis_lock::Error>(())
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<()> {
         self.held.status.lost_signal()

@@ -190,15 +190,15 @@ impl Lock {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use redis_lock::{AcquireOptions, Lease};
-    /// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
+    /// use redis_rlock::{AcquireOptions, Lease};
+    /// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
     /// let lock = manager.get_lock("invoices");
     /// // What no shorthand offers: a fenced lock with a fixed lease.
     /// let guard = lock
     ///     .acquire(AcquireOptions::new().lease(Lease::Fixed(Duration::from_secs(5))).fenced(true))?
     ///     .expect("no wait limit");
     /// assert!(guard.fencing_token().is_some());
-    /// # Ok::<(), redis_lock::Error>(())
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         self.acquire_as(&REENTRANT, options)

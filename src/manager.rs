@@ -28,9 +28,9 @@ use crate::stats::Stats;
 /// Each manager owns:
 /// - a pool of command connections (at most [`pool_size`](LockManagerBuilder::pool_size));
 ///   a call holds one only for the length of one round trip;
-/// - one pub/sub connection and the thread `redis-lock-pubsub` that listens on it for the
+/// - one pub/sub connection and the thread `redis-rlock-pubsub` that listens on it for the
 ///   unlock messages of every lock some local thread is waiting for;
-/// - the thread `redis-lock-watchdog`, which renews the leases of all locks held through this
+/// - the thread `redis-rlock-watchdog`, which renews the leases of all locks held through this
 ///   manager in batched sweeps.
 ///
 /// That is two threads and `pool_size + 1` connections however many locks are held or awaited.
@@ -67,8 +67,8 @@ impl LockManager {
     /// `rediss-cluster://` use TLS.
     ///
     /// ```no_run
-    /// let manager = redis_lock::LockManager::new("redis://127.0.0.1:6379/")?;
-    /// # Ok::<(), redis_lock::Error>(())
+    /// let manager = redis_rlock::LockManager::new("redis://127.0.0.1:6379/")?;
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn new(url: &str) -> Result<Self> {
         Self::builder(url).build()
@@ -92,12 +92,12 @@ impl LockManager {
     /// `redis-cluster://host1:port1,host2:port2`.
     ///
     /// ```no_run
-    /// let manager = redis_lock::LockManager::cluster_builder(&[
+    /// let manager = redis_rlock::LockManager::cluster_builder(&[
     ///     "redis://127.0.0.1:30001/",
     ///     "redis://127.0.0.1:30002/",
     /// ])
     /// .build()?;
-    /// # Ok::<(), redis_lock::Error>(())
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn cluster_builder(nodes: &[&str]) -> LockManagerBuilder {
         LockManagerBuilder::with_endpoints(Endpoints::Cluster {
@@ -120,12 +120,12 @@ impl LockManager {
     /// `redis-sentinel://host1:26379,host2:26379/0#mymaster`.
     ///
     /// ```no_run
-    /// let manager = redis_lock::LockManager::sentinel_builder(
+    /// let manager = redis_rlock::LockManager::sentinel_builder(
     ///     &["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"],
     ///     "mymaster",
     /// )
     /// .build()?;
-    /// # Ok::<(), redis_lock::Error>(())
+    /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn sentinel_builder(sentinels: &[&str], master_name: &str) -> LockManagerBuilder {
         LockManagerBuilder::with_endpoints(Endpoints::Sentinel {

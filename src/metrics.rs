@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redis_lock::{metrics::MetricsExporter, LockManager};
+//! use redis_rlock::{metrics::MetricsExporter, LockManager};
 //!
 //! // Install the recorder first (metrics_exporter_prometheus::PrometheusBuilder, ...): the
 //! // exporter describes its metrics to the recorder installed when it is created.
@@ -19,17 +19,17 @@
 //!     exporter.export();
 //!     std::thread::sleep(Duration::from_secs(10));
 //! });
-//! # Ok::<(), redis_lock::Error>(())
+//! # Ok::<(), redis_rlock::Error>(())
 //! ```
 //!
-//! Counters (all `redis_lock_*_total`, set with [`Counter::absolute`](::metrics::Counter::absolute)
+//! Counters (all `redis_rlock_*_total`, set with [`Counter::absolute`](::metrics::Counter::absolute)
 //! to the manager's totals): `commands`, `round_trips`, `acquisitions`, `waits`,
 //! `wait_microseconds` (the time waits took), `renewal_sweeps`, `renewals`, `renewal_failures`,
 //! `holds_lost`, `wakeups`, `reconnects`, `local_handoffs`, `yields`, `grants_given` and
 //! `grants_taken`, each as documented
-//! on [`Stats`]. Gauges of the moment: `redis_lock_renewing_holds`
-//! ([`LockManager::renewing_count`]), `redis_lock_queued_threads`
-//! ([`LockManager::queued_thread_count`]) and `redis_lock_waiting_channels`
+//! on [`Stats`]. Gauges of the moment: `redis_rlock_renewing_holds`
+//! ([`LockManager::renewing_count`]), `redis_rlock_queued_threads`
+//! ([`LockManager::queued_thread_count`]) and `redis_rlock_waiting_channels`
 //! ([`LockManager::waiting_channel_count`]).
 
 use ::metrics::{Label, SharedString, Unit};
@@ -76,91 +76,91 @@ fn counters(stats: Stats) -> [CounterRow; 15] {
     let wait_us = u64::try_from(wait_time.as_micros()).unwrap_or(u64::MAX);
     [
         (
-            "redis_lock_commands_total",
+            "redis_rlock_commands_total",
             Unit::Count,
             "Commands sent to Redis (each command of a pipeline counts).",
             commands,
         ),
         (
-            "redis_lock_round_trips_total",
+            "redis_rlock_round_trips_total",
             Unit::Count,
             "Round trips to Redis (a pipeline counts once).",
             round_trips,
         ),
         (
-            "redis_lock_acquisitions_total",
+            "redis_rlock_acquisitions_total",
             Unit::Count,
             "Successful acquisitions, re-entries included.",
             acquisitions,
         ),
         (
-            "redis_lock_waits_total",
+            "redis_rlock_waits_total",
             Unit::Count,
             "Acquisitions that had to wait because the lock was held.",
             waits,
         ),
         (
-            "redis_lock_wait_microseconds_total",
+            "redis_rlock_wait_microseconds_total",
             Unit::Microseconds,
             "The time acquisitions spent waiting, added up.",
             wait_us,
         ),
         (
-            "redis_lock_renewal_sweeps_total",
+            "redis_rlock_renewal_sweeps_total",
             Unit::Count,
             "Renewal sweeps the watchdog sent.",
             renewal_sweeps,
         ),
         (
-            "redis_lock_renewals_total",
+            "redis_rlock_renewals_total",
             Unit::Count,
             "Holds renewed (one per hold per sweep).",
             renewals,
         ),
         (
-            "redis_lock_renewal_failures_total",
+            "redis_rlock_renewal_failures_total",
             Unit::Count,
             "Renewal sweeps that failed (Redis unreachable or too slow); they are retried.",
             renewal_failures,
         ),
         (
-            "redis_lock_holds_lost_total",
+            "redis_rlock_holds_lost_total",
             Unit::Count,
             "Holds found lost: gone at a renewal, or their lease ran out unconfirmed.",
             holds_lost,
         ),
         (
-            "redis_lock_wakeups_total",
+            "redis_rlock_wakeups_total",
             Unit::Count,
             "Unlock messages received for locks that local threads wait for.",
             wakeups,
         ),
         (
-            "redis_lock_reconnects_total",
+            "redis_rlock_reconnects_total",
             Unit::Count,
             "Connections opened again after one was found dead.",
             reconnects,
         ),
         (
-            "redis_lock_local_handoffs_total",
+            "redis_rlock_local_handoffs_total",
             Unit::Count,
             "Releases that acquired the lock for the next local thread in the same call.",
             local_handoffs,
         ),
         (
-            "redis_lock_yields_total",
+            "redis_rlock_yields_total",
             Unit::Count,
             "Releases that left the lock free because other clients were waiting for it.",
             yields,
         ),
         (
-            "redis_lock_grants_given_total",
+            "redis_rlock_grants_given_total",
             Unit::Count,
             "Releases that granted the lock to a waiting client elsewhere in the same call.",
             grants_given,
         ),
         (
-            "redis_lock_grants_taken_total",
+            "redis_rlock_grants_taken_total",
             Unit::Count,
             "Acquisitions granted by another client's release, taken without a request.",
             grants_taken,
@@ -173,17 +173,17 @@ type GaugeRow = (&'static str, &'static str, fn(&LockManager) -> usize);
 
 const GAUGES: [GaugeRow; 3] = [
     (
-        "redis_lock_renewing_holds",
+        "redis_rlock_renewing_holds",
         "Holds the watchdog is renewing now.",
         LockManager::renewing_count,
     ),
     (
-        "redis_lock_queued_threads",
+        "redis_rlock_queued_threads",
         "Threads waiting in line behind another thread of this manager.",
         LockManager::queued_thread_count,
     ),
     (
-        "redis_lock_waiting_channels",
+        "redis_rlock_waiting_channels",
         "Lock channels local threads are waiting on now.",
         LockManager::waiting_channel_count,
     ),

@@ -14,9 +14,9 @@ const TOKEN_PREFIX: &str = "redisson_lock_token";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 /// Prefix of the key that remembers an owner's last acquire attempt, so that an attempt sent
 /// again after its reply was lost counts once (this crate's own: Redisson has none).
-const ATTEMPT_PREFIX: &str = "redis_lock__attempt";
+const ATTEMPT_PREFIX: &str = "redis_rlock__attempt";
 /// Where this crate's remote waiters of a lock wait to be granted it (not Redisson's).
-const WAITERS_PREFIX: &str = "redis_lock__waiters";
+const WAITERS_PREFIX: &str = "redis_rlock__waiters";
 /// Prefix of a fair lock's queue of waiters (a list of owner fields).
 const QUEUE_PREFIX: &str = "redisson_lock_queue";
 /// Prefix of a fair lock's waiter timeouts (a sorted set: owner field → epoch ms).
@@ -66,7 +66,7 @@ pub(crate) fn count_down_latch_channel(name: &str) -> String {
     format!("{COUNT_DOWN_LATCH_CHANNEL_PREFIX}{{{name}}}")
 }
 
-/// `redis_lock__attempt:{name}:<owner>` (brace rule applies): where the acquire attempts of
+/// `redis_rlock__attempt:{name}:<owner>` (brace rule applies): where the acquire attempts of
 /// `owner` on `name` (a lock's, or a semaphore's) are remembered (see `attempt_script!`).
 pub(crate) fn attempt_marker(name: &str, owner: &str) -> String {
     let mut key = prefixed(ATTEMPT_PREFIX, name);
@@ -109,13 +109,13 @@ impl LockKeys {
         key
     }
 
-    /// `redis_lock__attempt:{name}:<owner>`: the id and outcome of the last acquire attempt of
+    /// `redis_rlock__attempt:{name}:<owner>`: the id and outcome of the last acquire attempt of
     /// `owner` (a thread of one client) that took something, kept for an unlock latch's TTL.
     pub(crate) fn attempt_marker(&self, owner: &str) -> String {
         attempt_marker(&self.name, owner)
     }
 
-    /// `redis_lock__waiters:{name}`: the waiters of other clients of this crate that a
+    /// `redis_rlock__waiters:{name}`: the waiters of other clients of this crate that a
     /// release may grant the lock to, first come first (docs/DESIGN.md, "Grants").
     pub(crate) fn waiters_key(&self) -> String {
         prefixed(WAITERS_PREFIX, &self.name)
@@ -262,12 +262,12 @@ mod tests {
         let plain = LockKeys::new("orders:42").unwrap();
         assert_eq!(
             plain.attempt_marker("u:7"),
-            "redis_lock__attempt:{orders:42}:u:7"
+            "redis_rlock__attempt:{orders:42}:u:7"
         );
         let tagged = LockKeys::new("{orders}:42").unwrap();
         assert_eq!(
             tagged.attempt_marker("u:7"),
-            "redis_lock__attempt:{orders}:42:u:7"
+            "redis_rlock__attempt:{orders}:42:u:7"
         );
     }
 

@@ -24,7 +24,7 @@ pub enum Lease {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock::{AcquireOptions, Lease, LockManager};
+/// use redis_rlock::{AcquireOptions, Lease, LockManager};
 ///
 /// let manager = LockManager::new("redis://127.0.0.1/")?;
 /// // A fenced lock with a fixed lease, waiting at most 2 s.
@@ -36,7 +36,7 @@ pub enum Lease {
 ///     let token = guard.fencing_token().expect("fenced");
 ///     // ... write with `token` ...
 /// }
-/// # Ok::<(), redis_lock::Error>(())
+/// # Ok::<(), redis_rlock::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[must_use]

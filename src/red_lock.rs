@@ -32,14 +32,14 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock::{LockManager, RedLock};
+/// use redis_rlock::{LockManager, RedLock};
 ///
-/// # fn main() -> redis_lock::Result<()> {
+/// # fn main() -> redis_rlock::Result<()> {
 /// let masters = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
 /// let managers = masters
 ///     .iter()
 ///     .map(|url| LockManager::new(url))
-///     .collect::<redis_lock::Result<Vec<_>>>()?;
+///     .collect::<redis_rlock::Result<Vec<_>>>()?;
 /// let redlock = RedLock::new(managers.iter().map(|m| m.get_lock("orders:42")).collect());
 /// if let Some(guard) = redlock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10))? {
 ///     // Held on at least 2 of the 3 masters, for `guard.validity()` at least.
@@ -542,7 +542,7 @@ fn watcher() -> &'static Sender<Watch> {
     WATCHER.get_or_init(|| {
         let (tx, rx) = crossbeam_channel::unbounded();
         let spawned = thread::Builder::new()
-            .name("redis-lock-redlock-watch".into())
+            .name("redis-rlock-redlock-watch".into())
             .spawn(move || watch(rx));
         if let Err(err) = spawned {
             log::warn!("redlock: cannot start the lost-quorum watcher: {err}");

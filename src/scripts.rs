@@ -27,7 +27,7 @@ pub(crate) use latched_script;
 
 /// Builds an acquire script whose repeated sends take one hold: `body` runs after the prologue
 /// every kind's acquire shares. `KEYS[marker]` is the owner's attempt marker
-/// (`redis_lock__attempt:{name}:<owner>`), `ARGV[id]` this attempt's id (the same in every
+/// (`redis_rlock__attempt:{name}:<owner>`), `ARGV[id]` this attempt's id (the same in every
 /// send of one attempt), `ARGV[ttl]` how long the marker lives in ms (an unlock latch's TTL).
 ///
 /// The body calls `taken(stored)` when it took something: the marker then holds
@@ -161,7 +161,7 @@ end
 }
 
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]` the lock's waiters
-/// hash (`redis_lock__waiters:{name}`), named only by an owner that holds nothing of the lock
+/// hash (`redis_rlock__waiters:{name}`), named only by an owner that holds nothing of the lock
 /// as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
 /// attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
 /// number, `ARGV[6]` how long the caller still waits at most, in ms (empty: without limit),

@@ -40,7 +40,7 @@ return 1
 "#;
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` the calling thread's attempt marker
-/// (`redis_lock__attempt:{name}:<client id>:<thread>`). `ARGV[1]` permits wanted, `ARGV[2]`
+/// (`redis_rlock__attempt:{name}:<client id>:<thread>`). `ARGV[1]` permits wanted, `ARGV[2]`
 /// attempt id, `ARGV[3]` marker TTL ms. Takes them when at least that many are free (the
 /// count goes down by `ARGV[1]`), reply 1; otherwise, or when the semaphore does not exist,
 /// changes nothing, reply 0. A value that is not a number is refused with WRONGTYPE (so is a
@@ -119,7 +119,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEAS
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// # let manager = redis_lock::LockManager::new("redis://127.0.0.1/")?;
+/// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
 /// let pool = manager.get_semaphore("connections:db");
 /// pool.try_set_permits(10)?; // false if it existed already: the count is kept
 /// {
@@ -129,7 +129,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEAS
 /// if let Some(permits) = pool.try_acquire_guard(3, Duration::from_millis(500))? {
 ///     permits.release()?; // or drop it
 /// }
-/// # Ok::<(), redis_lock::Error>(())
+/// # Ok::<(), redis_rlock::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
@@ -140,7 +140,7 @@ pub struct Semaphore {
 impl Semaphore {
     /// The most permits one call may ask for, and the most a semaphore may hold: Redisson
     /// counts permits in a Java `int`, and its clients could not read a larger count. (C has
-    /// `REDIS_LOCK_SEMAPHORE_MAX_PERMITS`; the line below keeps this one out of the header.)
+    /// `REDIS_RLOCK_SEMAPHORE_MAX_PERMITS`; the line below keeps this one out of the header.)
     ///
     /// cbindgen:ignore
     pub const MAX_PERMITS: u32 = i32::MAX as u32;

@@ -306,12 +306,12 @@ impl Shared {
         let (requests, inbox) = crossbeam_channel::unbounded();
         // One per listener: on a cluster, the master's address tells them apart.
         let control_channel = if self.store.topology().is_cluster() {
-            format!("redis_lock__control:{{{}}}:{addr}", self.client_id)
+            format!("redis_rlock__control:{{{}}}:{addr}", self.client_id)
         } else {
-            format!("redis_lock__control:{{{}}}", self.client_id)
+            format!("redis_rlock__control:{{{}}}", self.client_id)
         };
         let thread = std::thread::Builder::new()
-            .name("redis-lock-pubsub".into())
+            .name("redis-rlock-pubsub".into())
             .spawn({
                 let shared = Arc::clone(self);
                 let addr = addr.to_owned();

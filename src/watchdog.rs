@@ -31,7 +31,7 @@ impl Watchdog {
         timeout_ms: u64,
     ) -> std::io::Result<Self> {
         let thread = std::thread::Builder::new()
-            .name("redis-lock-watchdog".into())
+            .name("redis-rlock-watchdog".into())
             .spawn({
                 let holds = Arc::clone(&holds);
                 move || {

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 struct Recorder(Mutex<Vec<String>>);
@@ -58,7 +58,7 @@ fn a_refused_subscription_is_logged_and_waiters_fall_back_to_the_ttl() -> Result
     // Revoke the channel rights: Redis drops the listener's connection, which was subscribed
     // to a channel no longer allowed, and the listener's new subscriptions are refused.
     acl(&server, &["SETUSER", "locker", "resetchannels"]);
-    let control = format!("redis_lock__control:{{{}}}", waiter_manager.client_id());
+    let control = format!("redis_rlock__control:{{{}}}", waiter_manager.client_id());
     assert_eq!(
         support::numsub(&mut conn, &control),
         0,

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{Error, LockManager, Result};
+use redis_rlock::{Error, LockManager, Result};
 use support::RedisServer;
 
 #[test]

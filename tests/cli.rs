@@ -1,4 +1,4 @@
-//! The `redis-lock` command (feature `cli`), run as a person or a script would run it: its
+//! The `redis-rlock` command (feature `cli`), run as a person or a script would run it: its
 //! exclusion between processes, exit codes, signals, a lock lost under its command, `status`,
 //! `unlock`, and the progress line on a real terminal (inside tmux).
 //!
@@ -13,21 +13,21 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 use support::{eventually, RedisServer};
 
-const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+const BIN: &str = env!("CARGO_BIN_EXE_redis-rlock");
 
 /// Every wait on another process is bounded by this: generous, for a loaded 2-core machine.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// `redis-lock --url <server> ARGS`, with no terminal and none of the caller's REDIS_URL.
-fn redis_lock(server: &RedisServer, args: &[&str]) -> Command {
-    redis_lock_at(&server.url(), args)
+/// `redis-rlock --url <server> ARGS`, with no terminal and none of the caller's REDIS_URL.
+fn redis_rlock(server: &RedisServer, args: &[&str]) -> Command {
+    redis_rlock_at(&server.url(), args)
 }
 
-/// `redis-lock --url URL ARGS`, with no terminal and none of the caller's REDIS_URL.
-fn redis_lock_at(url: &str, args: &[&str]) -> Command {
+/// `redis-rlock --url URL ARGS`, with no terminal and none of the caller's REDIS_URL.
+fn redis_rlock_at(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.arg("--url")
         .arg(url)
@@ -43,7 +43,7 @@ fn output(mut cmd: Command) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run redis-lock");
+        .expect("run redis-rlock");
     let mut child = KillOnDrop(child);
     let status = wait_limited(&mut child.0, LIMIT);
     let mut stdout = Vec::new();
@@ -83,7 +83,7 @@ fn wait_limited(child: &mut Child, limit: Duration) -> ExitStatus {
         }
         assert!(
             started.elapsed() < limit,
-            "redis-lock did not exit within {limit:?}"
+            "redis-rlock did not exit within {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -180,7 +180,7 @@ fn wait_zero_gives_the_conflict_code_and_names_the_holder() {
     let manager = LockManager::new(&server.url()).unwrap();
     let guard = manager.lock("cli-busy").unwrap();
 
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &["run", "cli-busy", "--wait", "0", "--", "true"],
     ));
@@ -191,7 +191,7 @@ fn wait_zero_gives_the_conflict_code_and_names_the_holder() {
         stderr_of(&out)
     );
 
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &[
             "run",
@@ -208,7 +208,7 @@ fn wait_zero_gives_the_conflict_code_and_names_the_holder() {
 
     // A bounded wait gives up no sooner than asked.
     let started = Instant::now();
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &["run", "cli-busy", "--wait", "300ms", "--", "true"],
     ));
@@ -216,7 +216,7 @@ fn wait_zero_gives_the_conflict_code_and_names_the_holder() {
     assert!(started.elapsed() >= Duration::from_millis(300));
 
     guard.unlock().unwrap();
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &["run", "cli-busy", "--wait", "0", "--", "true"],
     ));
@@ -229,7 +229,7 @@ fn the_commands_exit_status_passes_through() {
     let run = |command: &[&str]| {
         let mut args = vec!["run", "cli-status", "--fenced", "--"];
         args.extend_from_slice(command);
-        output(redis_lock(&server, &args))
+        output(redis_rlock(&server, &args))
     };
     assert_eq!(run(&["sh", "-c", "exit 3"]).status.code(), Some(3));
     // Killed by a signal: 128 + its number, as shells say.
@@ -238,12 +238,12 @@ fn the_commands_exit_status_passes_through() {
     let out = run(&[
         "sh",
         "-c",
-        r#"[ "$REDIS_LOCK_NAME" = cli-status ] && [ "$REDIS_LOCK_FENCING_TOKEN" -gt 0 ]"#,
+        r#"[ "$REDIS_RLOCK_NAME" = cli-status ] && [ "$REDIS_RLOCK_FENCING_TOKEN" -gt 0 ]"#,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let out = run(&["no-such-command-for-redis-lock"]);
+    let out = run(&["no-such-command-for-redis-rlock"]);
     assert_eq!(out.status.code(), Some(127));
-    assert!(stderr_of(&out).contains("no-such-command-for-redis-lock"));
+    assert!(stderr_of(&out).contains("no-such-command-for-redis-rlock"));
     assert!(
         !exists(&server, "cli-status"),
         "every run released the lock"
@@ -259,7 +259,7 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
         touch "$1/started"
         while :; do sleep 0.1; done
     "#;
-    let mut cmd = redis_lock(
+    let mut cmd = redis_rlock(
         &server,
         &["run", "cli-signal", "--", "sh", "-c", script, "sh"],
     );
@@ -273,7 +273,7 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
     assert_eq!(
         status.code(),
         Some(7),
-        "redis-lock exits as its command did"
+        "redis-rlock exits as its command did"
     );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("term"))
@@ -290,7 +290,7 @@ fn a_lock_lost_under_the_command_stops_it_with_70() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     // A 3 s watchdog renews every second, so the loss is noticed within about a second.
-    let mut cmd = redis_lock(
+    let mut cmd = redis_rlock(
         &server,
         &["run", "cli-lost", "--watchdog", "3s", "--", "sh", "-c"],
     );
@@ -302,7 +302,7 @@ fn a_lock_lost_under_the_command_stops_it_with_70() {
     await_file(&dir.path().join("started"));
 
     // Taken away by another client, as an operator would.
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &["unlock", "--force", "--yes", "cli-lost"],
     ));
@@ -327,7 +327,7 @@ fn with_on_lost_ignore_the_command_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     // The command runs until the test says the loss was noticed, then exits 5.
     let script = r#"touch "$1/started"; while [ ! -e "$1/go" ]; do sleep 0.05; done; exit 5"#;
-    let mut cmd = redis_lock(
+    let mut cmd = redis_rlock(
         &server,
         &[
             "run",
@@ -346,7 +346,7 @@ fn with_on_lost_ignore_the_command_goes_on() {
     await_file(&dir.path().join("started"));
     let _: () = server.conn().del("cli-ignore").unwrap();
 
-    // redis-lock says it noticed (its first line on stderr), and the command is left alone.
+    // redis-rlock says it noticed (its first line on stderr), and the command is left alone.
     let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
@@ -360,7 +360,7 @@ fn with_on_lost_ignore_the_command_goes_on() {
 fn bad_arguments_exit_64_and_no_redis_69() {
     let server = RedisServer::start();
     let usage = |args: &[&str], says: &str| {
-        let out = output(redis_lock(&server, args));
+        let out = output(redis_rlock(&server, args));
         let stderr = stderr_of(&out);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
         assert!(
@@ -395,12 +395,12 @@ fn bad_arguments_exit_64_and_no_redis_69() {
     // No terminal to confirm on, and no --yes.
     usage(&["unlock", "--force", "x"], "--yes");
 
-    let out = output(redis_lock_at("foo://", &["status", "x"]));
+    let out = output(redis_rlock_at("foo://", &["status", "x"]));
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("invalid Redis URL"));
 
     // A database the server does not have is the URL's fault too.
-    let out = output(redis_lock_at(
+    let out = output(redis_rlock_at(
         &format!("{}99", server.url()),
         &["status", "x"],
     ));
@@ -409,7 +409,7 @@ fn bad_arguments_exit_64_and_no_redis_69() {
 
     let nobody = format!("redis://127.0.0.1:{}/", support::free_port());
     for args in [&["status", "x"][..], &["run", "x", "--", "true"]] {
-        let out = output(redis_lock_at(&nobody, args));
+        let out = output(redis_rlock_at(&nobody, args));
         assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr_of(&out));
         assert!(
             stderr_of(&out).contains("cannot connect"),
@@ -419,7 +419,7 @@ fn bad_arguments_exit_64_and_no_redis_69() {
     }
 
     // --help is no error.
-    let out = output(redis_lock(&server, &["run", "--help"]));
+    let out = output(redis_rlock(&server, &["run", "--help"]));
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nightly-report --wait 0"));
 }
@@ -429,7 +429,7 @@ fn status_json_names_the_holder_and_its_ttl() {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url()).unwrap();
     let status = || {
-        let out = output(redis_lock(
+        let out = output(redis_rlock(
             &server,
             &["status", "cli-status-json", "--json"],
         ));
@@ -452,7 +452,7 @@ fn status_json_names_the_holder_and_its_ttl() {
     assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
 
     // The plain text says the same.
-    let out = output(redis_lock(&server, &["status", "cli-status-json"]));
+    let out = output(redis_rlock(&server, &["status", "cli-status-json"]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(manager.client_id()) && text.contains("TTL"),
@@ -478,7 +478,7 @@ fn status_json_names_the_holder_and_its_ttl() {
             &["run", name, "--wait", "0", "--", "true"],
             &["unlock", "--force", "--yes", name],
         ] {
-            let out = output(redis_lock(&server, args));
+            let out = output(redis_rlock(&server, args));
             assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
             assert!(
                 stderr_of(&out).contains("not a lock"),
@@ -653,7 +653,7 @@ fn ctrl_c_at_the_terminal_reaches_the_command_once() {
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().to_str().unwrap();
     // The command counts the SIGINTs it gets and exits 3 when the test says so. Ctrl-C goes to
-    // the whole foreground process group: redis-lock must not send the command a second one.
+    // the whole foreground process group: redis-rlock must not send the command a second one.
     let script = r#"
         trap 'echo INT >> "$1/ints"' INT
         touch "$1/started"
@@ -684,7 +684,11 @@ fn ctrl_c_at_the_terminal_reaches_the_command_once() {
     // show before looking (an absence cannot be awaited).
     std::thread::sleep(Duration::from_millis(500));
     std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(tmux.exit_status(), 3, "redis-lock exits as its command did");
+    assert_eq!(
+        tmux.exit_status(),
+        3,
+        "redis-rlock exits as its command did"
+    );
     let ints = std::fs::read_to_string(dir.path().join("ints")).unwrap();
     assert_eq!(
         ints.lines().count(),
@@ -699,7 +703,7 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url()).unwrap();
     let status = |name: &str| {
-        let out = output(redis_lock(&server, &["status", name, "--json"]));
+        let out = output(redis_rlock(&server, &["status", name, "--json"]));
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status --json is JSON")
     };
@@ -717,7 +721,7 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
     assert_eq!(owners.len(), 1, "{rw}");
     assert_ne!(owners[0]["owner"], "mode");
     // `run` names the reader that holds it, not the `mode` field.
-    let out = output(redis_lock(
+    let out = output(redis_rlock(
         &server,
         &["run", "cli-rw", "--wait", "0", "--", "true"],
     ));
@@ -763,9 +767,9 @@ fn runs_on_a_cluster_through_its_url_form() {
     let master = cluster.master_for_slot(support::cluster::RedisCluster::slot_of(name));
     // While the command runs, the lock is on its slot's master.
     let check = format!(
-        r#"[ "$REDIS_LOCK_FENCING_TOKEN" -gt 0 ] && [ "$(redis-cli -p {master} EXISTS {name})" = 1 ]"#
+        r#"[ "$REDIS_RLOCK_FENCING_TOKEN" -gt 0 ] && [ "$(redis-cli -p {master} EXISTS {name})" = 1 ]"#
     );
-    let out = output(redis_lock_at(
+    let out = output(redis_rlock_at(
         &url,
         &["run", name, "--fenced", "--", "sh", "-c", &check],
     ));

@@ -10,7 +10,7 @@ mod support;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use redis_lock::{Lease, LockManager};
+use redis_rlock::{Lease, LockManager};
 use support::cluster::RedisCluster;
 
 /// The lease of the tests that kill or fail over a master: long enough that the lease left
@@ -382,7 +382,7 @@ fn a_killed_masters_holds_live_on_in_its_replica() {
     let other = manager
         .acquire(
             &name,
-            redis_lock::AcquireOptions::new().lease(Lease::Fixed(Duration::from_secs(5))),
+            redis_rlock::AcquireOptions::new().lease(Lease::Fixed(Duration::from_secs(5))),
         )
         .expect("acquire")
         .expect("free");
@@ -598,7 +598,7 @@ fn every_lock_kind_is_woken_by_sharded_pub_sub() {
     assert!(
         support::eventually(Duration::from_secs(10), || {
             redis::cmd("EXISTS")
-                .arg("redis_lock__waiters:{kinds:plain}")
+                .arg("redis_rlock__waiters:{kinds:plain}")
                 .query(&mut master)
                 .unwrap_or(false)
         }),

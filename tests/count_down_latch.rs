@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{CountDownLatch, LockManager};
+use redis_rlock::{CountDownLatch, LockManager};
 use support::RedisServer;
 
 /// Raw redis-rs calls fail with their own error type.
@@ -74,7 +74,7 @@ impl RedissonLatch {
 /// A thread in `latch.wait(PATIENCE)` that reports its outcome and, through `opened`,
 /// whether the count had been brought to zero by then.
 struct Waiter {
-    done: mpsc::Receiver<(redis_lock::Result<bool>, bool)>,
+    done: mpsc::Receiver<(redis_rlock::Result<bool>, bool)>,
 }
 
 impl Waiter {
@@ -113,7 +113,7 @@ fn waiters_in_several_managers_wake_when_the_count_reaches_zero() -> TestResult 
     let server = RedisServer::start();
     let managers: Vec<LockManager> = (0..3)
         .map(|_| LockManager::new(&server.url()))
-        .collect::<redis_lock::Result<_>>()?;
+        .collect::<redis_rlock::Result<_>>()?;
     let name = "latch:workers";
     let latch = managers[0].get_count_down_latch(name);
     assert!(latch.try_set_count(3)?);

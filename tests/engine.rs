@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{AcquireOptions, Lease, LockManager, Result};
+use redis_rlock::{AcquireOptions, Lease, LockManager, Result};
 use support::proxy::Proxy;
 use support::RedisServer;
 
@@ -144,14 +144,14 @@ fn acquire_takes_a_fenced_lock_with_a_fixed_lease() -> Result<()> {
 /// channel, and wait for an unlock message (or the holder's TTL) between attempts; once
 /// acquired, unsubscribe (Redisson listens only while a thread waits).
 fn redisson_style_lock(conn: &mut redis::Connection, sub: &mut redis::PubSub<'_>, name: &str) {
-    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let owner = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1";
     let mut subscribed = false;
     for attempt in 0u64.. {
         let pttl: Option<i64> = acquire
             .key(name)
-            .key(format!("redis_lock__attempt:{{{name}}}:{owner}"))
+            .key(format!("redis_rlock__attempt:{{{name}}}:{owner}"))
             .arg(30_000)
             .arg(owner)
             .arg(attempt)

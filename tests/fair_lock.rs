@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
-use redis_lock::{AcquireOptions, LockManager, Result};
+use redis_rlock::{AcquireOptions, LockManager, Result};
 use support::RedisServer;
 
 fn queue(name: &str) -> String {

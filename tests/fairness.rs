@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 use support::{child_process, read_until_marker, RedisServer};
 
 /// How long the share runs last. The target is measured over 6 s; 4 s keeps the suite short
@@ -177,9 +177,9 @@ fn three_managers_share_one_lock_fairly() {
 }
 
 /// Environment of the children of [`three_processes_share_one_lock_fairly`].
-const ROLE: &str = "REDIS_LOCK_TEST_ROLE";
-const URL: &str = "REDIS_LOCK_TEST_URL";
-const THREADS: &str = "REDIS_LOCK_TEST_THREADS";
+const ROLE: &str = "REDIS_RLOCK_TEST_ROLE";
+const URL: &str = "REDIS_RLOCK_TEST_URL";
+const THREADS: &str = "REDIS_RLOCK_TEST_THREADS";
 const LOCK: &str = "fair:processes";
 
 /// Entry point of the child processes spawned below; does nothing useful when run directly.

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 /// Invariant: when Redis restarts empty, holders are told their locks are lost within one
@@ -269,7 +269,7 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
             &[
                 "resetchannels",
                 "&redisson_lock__channel:{orders*}",
-                "&redis_lock__control:*",
+                "&redis_rlock__control:*",
             ],
             "PUBLISH",
             "redisson_lock__channel:",
@@ -280,7 +280,7 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
             &[
                 "resetchannels",
                 "&redisson_lock__channel:*",
-                "&redis_lock__control:*",
+                "&redis_rlock__control:*",
             ],
             "PUBLISH",
             "redisson_rwlock:",
@@ -294,7 +294,7 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
                 "&redisson_rwlock:*",
                 "&redisson_sc:*",
                 "&redisson_countdownlatch__channel__*",
-                "&redis_lock__control:*",
+                "&redis_rlock__control:*",
             ],
             "PUBLISH",
             "redisson_lock__channel:",
@@ -309,7 +309,7 @@ fn an_acl_user_without_channel_rights_is_refused_at_build() {
                 "&redisson_countdownlatch__channel__*",
             ],
             "PUBLISH",
-            "redis_lock__control:",
+            "redis_rlock__control:",
         ),
     ];
     for (user, rules, right, channel) in cases {
@@ -352,7 +352,7 @@ fn an_acl_user_with_the_lock_channels_locks_waits_and_unlocks() -> Result<()> {
                 "&redisson_rwlock:*",
                 "&redisson_sc:*",
                 "&redisson_countdownlatch__channel__*",
-                "&redis_lock__control:*",
+                "&redis_rlock__control:*",
             ],
         ),
     ];
@@ -434,7 +434,7 @@ fn nothing_is_left_behind() -> Result<()> {
     for key in &keys {
         let ttl: i64 = conn.pttl(key).unwrap();
         let expires = key.starts_with("redisson_unlock_latch:")
-            || key.starts_with("redis_lock__attempt:{leftover:");
+            || key.starts_with("redis_rlock__attempt:{leftover:");
         let is_counter = key == "redisson_lock_token:{leftover:reentrant}";
         assert!(
             (expires && ttl > 0) || is_counter,
@@ -485,7 +485,7 @@ fn kill_normal_clients(conn: &mut redis::Connection) {
 }
 
 /// What a timeout must look like: a timeout, saying what timed out, not the raw EAGAIN.
-fn assert_readable_timeout(err: &redis_lock::Error) {
+fn assert_readable_timeout(err: &redis_rlock::Error) {
     assert!(err.is_timeout(), "{err}");
     let text = err.to_string();
     assert!(text.contains("timed out"), "{text}");

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::thread;
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 #[test]

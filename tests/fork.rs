@@ -9,7 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 /// The ids of the server's clients.
@@ -68,7 +68,7 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     if pid == 0 {
         // Every call is refused with a clear error, and nothing is sent.
         let forked =
-            |err: redis_lock::Error| err.to_string().contains("create the manager in the child");
+            |err: redis_rlock::Error| err.to_string().contains("create the manager in the child");
         let refused = inherited
             .get_lock("fork:other")
             .is_locked()

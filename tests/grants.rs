@@ -12,12 +12,12 @@ use std::thread;
 use std::time::Duration;
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 const NAME: &str = "grants:1";
 const CHANNEL: &str = "redisson_lock__channel:{grants:1}";
-const WAITERS: &str = "redis_lock__waiters:{grants:1}";
+const WAITERS: &str = "redis_rlock__waiters:{grants:1}";
 
 fn manager(server: &RedisServer) -> LockManager {
     LockManager::new(&server.url()).expect("manager")
@@ -75,7 +75,7 @@ fn held_once_by(conn: &mut redis::Connection, manager: &LockManager, why: &str) 
 /// ended stays registered, and gets no answer, until the test says so.
 fn stop_waiting_held_back(server: &RedisServer) -> support::proxy::Proxy {
     let proxy = support::proxy::Proxy::start(server.port());
-    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
+    let stop_waiting = redis::Script::new(redis_rlock::lua::STOP_WAITING);
     proxy.hold_requests_containing(stop_waiting.get_hash().as_bytes());
     proxy
 }
@@ -83,7 +83,7 @@ fn stop_waiting_held_back(server: &RedisServer) -> support::proxy::Proxy {
 /// Once a waiter (behind `proxy`) is leaving, releases `guard`, which grants the lock to it.
 fn grant_to_the_leaving_waiter(
     proxy: &support::proxy::Proxy,
-    guard: redis_lock::LockGuard,
+    guard: redis_rlock::LockGuard,
     holder: &LockManager,
 ) -> Result<()> {
     assert!(support::eventually(Duration::from_secs(10), || proxy
@@ -137,7 +137,7 @@ fn a_release_grants_the_lock_to_a_waiting_manager_which_takes_it_without_a_reque
     let owner = held_once_by(&mut conn, &other, "the grant counts once");
     // An acquire that takes something leaves its attempt marker; the grant was taken without
     // one (the waiter's registering attempts found the lock held, and took nothing).
-    let marker = format!("redis_lock__attempt:{{{NAME}}}:{owner}");
+    let marker = format!("redis_rlock__attempt:{{{NAME}}}:{owner}");
     assert!(
         !conn.exists::<_, bool>(&marker).unwrap(),
         "the granted waiter sent nothing to take the lock"
@@ -209,17 +209,17 @@ fn a_waiter_that_gives_up_leaves_no_registration_and_is_not_granted_later() -> R
 fn the_wire_protocol_of_a_grant() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
-    let release = redis::Script::new(redis_lock::lua::RELEASE);
-    let stop_waiting = redis::Script::new(redis_lock::lua::STOP_WAITING);
+    let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
+    let release = redis::Script::new(redis_rlock::lua::RELEASE);
+    let stop_waiting = redis::Script::new(redis_rlock::lua::STOP_WAITING);
     let holder = "00000000-0000-0000-0000-000000000001:1";
     let waiter = "00000000-0000-0000-0000-000000000002:7";
-    let control = "redis_lock__control:{00000000-0000-0000-0000-000000000002}";
+    let control = "redis_rlock__control:{00000000-0000-0000-0000-000000000002}";
     let attempt_with =
         |conn: &mut redis::Connection, owner: &str, id: &str, wait: &str, control| {
             acquire
                 .key(NAME)
-                .key(format!("redis_lock__attempt:{{{NAME}}}:{owner}"))
+                .key(format!("redis_rlock__attempt:{{{NAME}}}:{owner}"))
                 .key(WAITERS)
                 .arg(30_000)
                 .arg(owner)
@@ -335,7 +335,7 @@ fn the_wire_protocol_of_a_grant() {
     // Taken, the grant is gone: a re-entry (which does not name the waiters hash) counts.
     let reentry: Option<i64> = acquire
         .key(NAME)
-        .key(format!("redis_lock__attempt:{{{NAME}}}:{waiter}"))
+        .key(format!("redis_rlock__attempt:{{{NAME}}}:{waiter}"))
         .arg(30_000)
         .arg(waiter)
         .arg("w4")
@@ -400,7 +400,7 @@ fn a_grant_its_waiter_never_learned_of_is_taken_by_a_fenced_acquire_once() -> Re
 }
 
 fn never_learned_of_then(
-    next: fn(&LockManager) -> Result<Option<redis_lock::LockGuard>>,
+    next: fn(&LockManager) -> Result<Option<redis_rlock::LockGuard>>,
 ) -> Result<()> {
     let server = RedisServer::start();
     let proxy = stop_waiting_held_back(&server);

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 fn thread_count() -> usize {
@@ -46,12 +46,12 @@ fn managers_clean_up_threads_and_connections() -> Result<()> {
     assert_eq!(manager.renewing_count(), 200);
     let names = thread_names();
     assert_eq!(
-        names.iter().filter(|n| *n == "redis-lock-watc").count(),
+        names.iter().filter(|n| *n == "redis-rlock-wat").count(),
         1,
         "{names:?}"
     );
     assert_eq!(
-        names.iter().filter(|n| *n == "redis-lock-pubs").count(),
+        names.iter().filter(|n| *n == "redis-rlock-pub").count(),
         1,
         "{names:?}"
     );

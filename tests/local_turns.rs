@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::{eventually, RedisServer};
 
 /// Waits until `n` threads of `manager` queue in-process.

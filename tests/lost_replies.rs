@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::proxy::Proxy;
 use support::RedisServer;
 

@@ -11,32 +11,32 @@ use std::collections::BTreeMap;
 use metrics::Unit;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use redis_lock::metrics::MetricsExporter;
-use redis_lock::LockManager;
+use redis_rlock::metrics::MetricsExporter;
+use redis_rlock::LockManager;
 use support::RedisServer;
 
 const COUNTERS: [&str; 15] = [
-    "redis_lock_acquisitions_total",
-    "redis_lock_commands_total",
-    "redis_lock_grants_given_total",
-    "redis_lock_grants_taken_total",
-    "redis_lock_holds_lost_total",
-    "redis_lock_local_handoffs_total",
-    "redis_lock_reconnects_total",
-    "redis_lock_renewal_failures_total",
-    "redis_lock_renewal_sweeps_total",
-    "redis_lock_renewals_total",
-    "redis_lock_round_trips_total",
-    "redis_lock_wait_microseconds_total",
-    "redis_lock_waits_total",
-    "redis_lock_wakeups_total",
-    "redis_lock_yields_total",
+    "redis_rlock_acquisitions_total",
+    "redis_rlock_commands_total",
+    "redis_rlock_grants_given_total",
+    "redis_rlock_grants_taken_total",
+    "redis_rlock_holds_lost_total",
+    "redis_rlock_local_handoffs_total",
+    "redis_rlock_reconnects_total",
+    "redis_rlock_renewal_failures_total",
+    "redis_rlock_renewal_sweeps_total",
+    "redis_rlock_renewals_total",
+    "redis_rlock_round_trips_total",
+    "redis_rlock_wait_microseconds_total",
+    "redis_rlock_waits_total",
+    "redis_rlock_wakeups_total",
+    "redis_rlock_yields_total",
 ];
 
 const GAUGES: [&str; 3] = [
-    "redis_lock_queued_threads",
-    "redis_lock_renewing_holds",
-    "redis_lock_waiting_channels",
+    "redis_rlock_queued_threads",
+    "redis_rlock_renewing_holds",
+    "redis_rlock_waiting_channels",
 ];
 
 struct Metric {
@@ -125,27 +125,27 @@ fn the_exporter_publishes_every_counter_and_gauge_with_its_labels_and_descriptio
         );
     }
     assert_eq!(
-        metrics["redis_lock_wait_microseconds_total"].unit,
+        metrics["redis_rlock_wait_microseconds_total"].unit,
         Some(Unit::Microseconds)
     );
 
-    assert_eq!(counter(&metrics, "redis_lock_acquisitions_total"), 4);
-    assert_eq!(counter(&metrics, "redis_lock_waits_total"), 0);
-    assert_eq!(counter(&metrics, "redis_lock_holds_lost_total"), 0);
+    assert_eq!(counter(&metrics, "redis_rlock_acquisitions_total"), 4);
+    assert_eq!(counter(&metrics, "redis_rlock_waits_total"), 0);
+    assert_eq!(counter(&metrics, "redis_rlock_holds_lost_total"), 0);
     // Three lock/unlock cycles and one lock: at least seven round trips. Snapshots taken after
     // the export can only have grown.
-    let round_trips = counter(&metrics, "redis_lock_round_trips_total");
+    let round_trips = counter(&metrics, "redis_rlock_round_trips_total");
     assert!(
         (7..=stats.round_trips).contains(&round_trips),
         "{round_trips}"
     );
-    let commands = counter(&metrics, "redis_lock_commands_total");
+    let commands = counter(&metrics, "redis_rlock_commands_total");
     assert!(
         (round_trips..=stats.commands).contains(&commands),
         "{commands}"
     );
-    assert_eq!(gauge(&metrics, "redis_lock_renewing_holds"), 1.0);
-    assert_eq!(gauge(&metrics, "redis_lock_queued_threads"), 0.0);
+    assert_eq!(gauge(&metrics, "redis_rlock_renewing_holds"), 1.0);
+    assert_eq!(gauge(&metrics, "redis_rlock_queued_threads"), 0.0);
     held.unlock().unwrap();
 }
 
@@ -160,21 +160,21 @@ fn each_export_sets_the_totals_so_far() {
     manager.lock("metrics:c").unwrap().unlock().unwrap();
     metrics::with_local_recorder(&recorder, || exporter.export());
     let first = published(&snapshotter);
-    assert_eq!(counter(&first, "redis_lock_acquisitions_total"), 1);
-    assert!(first["redis_lock_acquisitions_total"].labels.is_empty());
+    assert_eq!(counter(&first, "redis_rlock_acquisitions_total"), 1);
+    assert!(first["redis_rlock_acquisitions_total"].labels.is_empty());
 
     let held = manager.lock("metrics:c").unwrap();
     let reentered = manager.lock("metrics:c").unwrap();
     metrics::with_local_recorder(&recorder, || exporter.export());
     let second = published(&snapshotter);
-    assert_eq!(counter(&second, "redis_lock_acquisitions_total"), 3);
+    assert_eq!(counter(&second, "redis_rlock_acquisitions_total"), 3);
     // One hold per thread and lock, however many times it was re-entered.
-    assert_eq!(gauge(&second, "redis_lock_renewing_holds"), 1.0);
+    assert_eq!(gauge(&second, "redis_rlock_renewing_holds"), 1.0);
     drop(reentered);
     drop(held);
 
     metrics::with_local_recorder(&recorder, || exporter.export());
     let third = published(&snapshotter);
-    assert_eq!(counter(&third, "redis_lock_acquisitions_total"), 3);
-    assert_eq!(gauge(&third, "redis_lock_renewing_holds"), 0.0);
+    assert_eq!(counter(&third, "redis_rlock_acquisitions_total"), 3);
+    assert_eq!(gauge(&third, "redis_rlock_renewing_holds"), 0.0);
 }

@@ -10,11 +10,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::{child_process, read_until_marker, RedisServer};
 
-const URL: &str = "REDIS_LOCK_TEST_URL";
-const WRITE: &str = "REDIS_LOCK_TEST_WRITE";
+const URL: &str = "REDIS_RLOCK_TEST_URL";
+const WRITE: &str = "REDIS_RLOCK_TEST_WRITE";
 const LOCK: &str = "paused:resource-lock";
 
 /// The protected resource: a value and the highest token it accepted. A fenced write is

@@ -11,12 +11,12 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::{child_process, read_until_marker, RedisServer};
 
-const ROLE: &str = "REDIS_LOCK_TEST_ROLE";
-const URL: &str = "REDIS_LOCK_TEST_URL";
-const ROUNDS: &str = "REDIS_LOCK_TEST_ROUNDS";
+const ROLE: &str = "REDIS_RLOCK_TEST_ROLE";
+const URL: &str = "REDIS_RLOCK_TEST_URL";
+const ROUNDS: &str = "REDIS_RLOCK_TEST_ROUNDS";
 
 /// Entry point of the child processes spawned below; does nothing useful when run directly.
 #[test]

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{AcquireOptions, LockManager, Result};
+use redis_rlock::{AcquireOptions, LockManager, Result};
 use support::RedisServer;
 
 const JAVA: &str = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:5";

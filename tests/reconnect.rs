@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 const CHANNEL: &str = "redisson_lock__channel:{reconnect}";

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 /// What a Redisson client does to one lock, in raw commands.

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, MultiLock, RedLock, Result};
+use redis_rlock::{LockManager, MultiLock, RedLock, Result};
 use support::RedisServer;
 
 /// A manager for `server` with a short connect timeout, so that a killed master costs a

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 use support::proxy::Proxy;
 use support::RedisServer;
 
@@ -286,9 +286,9 @@ fn an_acquire_answered_by_its_attempt_id_still_waits_for_the_replica() {
 #[test]
 fn a_replayed_acquire_is_covered_by_wait_on_its_connection() {
     let (master, replica) = support::master_with_replica();
-    let acquire = redis::Script::new(redis_lock::lua::ACQUIRE);
+    let acquire = redis::Script::new(redis_rlock::lua::ACQUIRE);
     let owner = "0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:1";
-    let marker = format!("redis_lock__attempt:{{replayed}}:{owner}");
+    let marker = format!("redis_rlock__attempt:{{replayed}}:{owner}");
     let attempt = |conn: &mut redis::Connection| -> Option<i64> {
         acquire
             .key("replayed")
@@ -341,8 +341,8 @@ fn holder_and_queued_successor(
     manager: &LockManager,
     name: &'static str,
 ) -> (
-    redis_lock::LockGuard,
-    std::sync::mpsc::Receiver<redis_lock::Result<redis_lock::LockGuard>>,
+    redis_rlock::LockGuard,
+    std::sync::mpsc::Receiver<redis_rlock::Result<redis_rlock::LockGuard>>,
 ) {
     let channel = format!("redisson_lock__channel:{{{name}}}");
     // a takes the turn while another thread holds the lock, so that the line exists.
@@ -369,7 +369,7 @@ fn holder_and_queued_successor(
 /// The successor's own acquire cannot be acknowledged: it is refused with NotReplicated and
 /// rolled back, never leaving a hold on the master that nobody renews or releases.
 fn assert_refused_and_rolled_back(
-    successor: &std::sync::mpsc::Receiver<redis_lock::Result<redis_lock::LockGuard>>,
+    successor: &std::sync::mpsc::Receiver<redis_rlock::Result<redis_rlock::LockGuard>>,
     master: &RedisServer,
     name: &str,
 ) {

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result, Semaphore};
+use redis_rlock::{LockManager, Result, Semaphore};
 use support::RedisServer;
 
 /// Raw redis-rs calls fail with their own error type.

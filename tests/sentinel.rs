@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 use support::sentinel::RedisSentinel;
 
 fn manager(sentinel: &RedisSentinel) -> LockManager {

@@ -7,7 +7,7 @@
 //! two overlapped on the machine's monotonic clock, and their fencing tokens strictly
 //! increase in the order they were entered.
 //!
-//! `REDIS_LOCK_SOAK_SECS` sets the length (default 8 s; keep it ≤ 60 in CI).
+//! `REDIS_RLOCK_SOAK_SECS` sets the length (default 8 s; keep it ≤ 60 in CI).
 
 mod support;
 
@@ -15,11 +15,11 @@ use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 use support::{child_process, read_until_marker, RedisServer};
 
-const URL: &str = "REDIS_LOCK_TEST_URL";
-const UNTIL: &str = "REDIS_LOCK_TEST_UNTIL_MS";
+const URL: &str = "REDIS_RLOCK_TEST_URL";
+const UNTIL: &str = "REDIS_RLOCK_TEST_UNTIL_MS";
 const LOCK: &str = "soak:lock";
 const PROCESSES: usize = 3;
 const THREADS: usize = 2;
@@ -97,7 +97,7 @@ fn child_role() {
 
 #[test]
 fn random_operations_under_faults_never_overlap_and_tokens_increase() {
-    let secs: u64 = std::env::var("REDIS_LOCK_SOAK_SECS")
+    let secs: u64 = std::env::var("REDIS_RLOCK_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(8)

@@ -11,14 +11,14 @@ mod support;
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 struct Recorder(Mutex<Vec<String>>);
 
 impl log::Log for Recorder {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
-        metadata.target().starts_with("redis_lock")
+        metadata.target().starts_with("redis_rlock")
     }
     fn log(&self, record: &log::Record) {
         if self.enabled(record.metadata()) {
@@ -164,7 +164,7 @@ fn exists(conn: &mut redis::Connection, name: &str) -> bool {
 }
 
 /// A builder whose timeouts no stop in these tests outlasts.
-fn patient_builder(url: &str) -> redis_lock::LockManagerBuilder {
+fn patient_builder(url: &str) -> redis_rlock::LockManagerBuilder {
     LockManager::builder(url)
         .connect_timeout(Duration::from_secs(60))
         .response_timeout(Duration::from_secs(60))

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 /// A CA and a server certificate for localhost / 127.0.0.1, in `dir`.
@@ -38,7 +38,7 @@ fn make_certificates(dir: &Path) {
         "-days",
         "2",
         "-subj",
-        "/CN=redis-lock test CA",
+        "/CN=redis-rlock test CA",
     ]);
     openssl(&[
         "req",

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock::{LockManager, Result};
+use redis_rlock::{LockManager, Result};
 use support::RedisServer;
 
 #[test]

@@ -1,6 +1,6 @@
 /*
  * Several processes, each with several threads, increment one counter in Redis with a
- * non-atomic GET then SET, under one redis-lock lock. Without mutual exclusion increments
+ * non-atomic GET then SET, under one redis-rlock lock. Without mutual exclusion increments
  * get lost; with it the counter ends exact.
  *
  *   usage: counter HOST PORT PROCESSES THREADS ITERATIONS
@@ -14,13 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "redis_lock.h"
+#include "redis_rlock.h"
 
 static const char *const LOCK_NAME = "c-example:counter-lock";
 static const char *const COUNTER_KEY = "c-example:counter";
 
 struct worker {
-    redis_lock_manager *manager;
+    redis_rlock_manager *manager;
     const char *host;
     int port;
     long iterations;
@@ -62,10 +62,10 @@ static void *work(void *arg) {
         return NULL;
     }
     for (long i = 0; i < w->iterations && !w->failed; i++) {
-        redis_lock_guard *guard = NULL;
-        redis_lock_result rc = redis_lock_lock(w->manager, LOCK_NAME, &guard);
-        if (rc != REDIS_LOCK_OK) {
-            fprintf(stderr, "lock: %s\n", redis_lock_last_error());
+        redis_rlock_guard *guard = NULL;
+        redis_rlock_result rc = redis_rlock_lock(w->manager, LOCK_NAME, &guard);
+        if (rc != REDIS_RLOCK_OK) {
+            fprintf(stderr, "lock: %s\n", redis_rlock_last_error());
             w->failed = 1;
             break;
         }
@@ -73,9 +73,9 @@ static void *work(void *arg) {
             fprintf(stderr, "increment: %s\n", redis->errstr);
             w->failed = 1;
         }
-        rc = redis_lock_unlock(guard); /* frees the guard whatever the result */
-        if (rc != REDIS_LOCK_OK) {
-            fprintf(stderr, "unlock: %s\n", redis_lock_last_error());
+        rc = redis_rlock_unlock(guard); /* frees the guard whatever the result */
+        if (rc != REDIS_RLOCK_OK) {
+            fprintf(stderr, "unlock: %s\n", redis_rlock_last_error());
             w->failed = 1;
         }
     }
@@ -87,9 +87,9 @@ static void *work(void *arg) {
 static int run_process(const char *host, int port, int threads, long iterations) {
     char url[256];
     snprintf(url, sizeof url, "redis://%s:%d/", host, port);
-    redis_lock_manager *manager = NULL;
-    if (redis_lock_manager_new(url, &manager) != REDIS_LOCK_OK) {
-        fprintf(stderr, "manager: %s\n", redis_lock_last_error());
+    redis_rlock_manager *manager = NULL;
+    if (redis_rlock_manager_new(url, &manager) != REDIS_RLOCK_OK) {
+        fprintf(stderr, "manager: %s\n", redis_rlock_last_error());
         return 1;
     }
     struct worker *workers = calloc((size_t)threads, sizeof *workers);
@@ -109,7 +109,7 @@ static int run_process(const char *host, int port, int threads, long iterations)
     }
     free(workers);
     free(ids);
-    redis_lock_manager_free(manager);
+    redis_rlock_manager_free(manager);
     return failed;
 }
 

@@ -6,44 +6,44 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_lock::Error;
+use redis_rlock::Error;
 
 /// What a call did. The numbers are stable: C programs may store and compare them.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum redis_lock_result {
+pub enum redis_rlock_result {
     /// Success.
-    REDIS_LOCK_OK = 0,
+    REDIS_RLOCK_OK = 0,
     /// A `try_lock` wait passed without acquiring the lock; `*out` is NULL.
-    REDIS_LOCK_NOT_ACQUIRED = 1,
+    REDIS_RLOCK_NOT_ACQUIRED = 1,
     /// The lock was no longer held by the guard's owner (lease expired, force-unlocked, or
     /// another owner has it); nothing was changed on Redis.
-    REDIS_LOCK_NOT_HELD = 2,
+    REDIS_RLOCK_NOT_HELD = 2,
     /// Refused before anything was sent: a NULL pointer, a string that is not UTF-8, an empty
     /// or oversized name, a zero or out-of-range duration or permit count, a bad URL or
     /// option, a manager (or its guard) used in a child process made by fork() after the
     /// manager was created. Also a semaphore release that would take its count past
-    /// `REDIS_LOCK_SEMAPHORE_MAX_PERMITS` (refused by Redis; nothing was changed).
-    REDIS_LOCK_INVALID_ARGUMENT = 3,
+    /// `REDIS_RLOCK_SEMAPHORE_MAX_PERMITS` (refused by Redis; nothing was changed).
+    REDIS_RLOCK_INVALID_ARGUMENT = 3,
     /// Redis could not be reached, refused the credentials, answered with an error (such as a
     /// key of the lock's name that is not a lock), or did not answer in time.
-    REDIS_LOCK_REDIS_ERROR = 4,
-    /// A bug in redis-lock: a Rust panic was caught at the API boundary.
-    REDIS_LOCK_PANIC = 5,
+    REDIS_RLOCK_REDIS_ERROR = 4,
+    /// A bug in redis-rlock: a Rust panic was caught at the API boundary.
+    REDIS_RLOCK_PANIC = 5,
     /// The operating system refused a resource, such as a background thread.
-    REDIS_LOCK_SYSTEM_ERROR = 6,
+    REDIS_RLOCK_SYSTEM_ERROR = 6,
 }
 
-use redis_lock_result::*;
+use redis_rlock_result::*;
 
-/// Why a call failed: its result code and the message for `redis_lock_last_error`.
+/// Why a call failed: its result code and the message for `redis_rlock_last_error`.
 pub(super) struct Failure {
-    code: redis_lock_result,
+    code: redis_rlock_result,
     message: String,
 }
 
 impl Failure {
-    pub(super) fn new(code: redis_lock_result, message: impl Into<String>) -> Self {
+    pub(super) fn new(code: redis_rlock_result, message: impl Into<String>) -> Self {
         Failure {
             code,
             message: message.into(),
@@ -51,7 +51,7 @@ impl Failure {
     }
 
     pub(super) fn invalid(message: impl Into<String>) -> Self {
-        Failure::new(REDIS_LOCK_INVALID_ARGUMENT, message)
+        Failure::new(REDIS_RLOCK_INVALID_ARGUMENT, message)
     }
 }
 
@@ -61,18 +61,18 @@ impl From<Error> for Failure {
             Error::InvalidName { .. }
             | Error::InvalidArgument { .. }
             | Error::InvalidUrl { .. }
-            | Error::Forked { .. } => REDIS_LOCK_INVALID_ARGUMENT,
-            Error::NotHeld { .. } => REDIS_LOCK_NOT_HELD,
+            | Error::Forked { .. } => REDIS_RLOCK_INVALID_ARGUMENT,
+            Error::NotHeld { .. } => REDIS_RLOCK_NOT_HELD,
             Error::Connect { .. }
             | Error::Redis { .. }
             | Error::WrongType { .. }
             | Error::Timeout { .. }
-            | Error::NotReplicated { .. } => REDIS_LOCK_REDIS_ERROR,
-            Error::ThreadSpawn { .. } => REDIS_LOCK_SYSTEM_ERROR,
+            | Error::NotReplicated { .. } => REDIS_RLOCK_REDIS_ERROR,
+            Error::ThreadSpawn { .. } => REDIS_RLOCK_SYSTEM_ERROR,
             // `Error` is non-exhaustive, so this crate cannot list every kind: one added to
-            // redis-lock later is reported as a failed call with its message until it is
+            // redis-rlock later is reported as a failed call with its message until it is
             // given a code here.
-            _ => REDIS_LOCK_REDIS_ERROR,
+            _ => REDIS_RLOCK_REDIS_ERROR,
         };
         Failure::new(code, err.to_string())
     }
@@ -91,21 +91,21 @@ fn set_last_error(message: String) {
 }
 
 /// Runs the body of an `extern "C"` function: a failure is recorded for
-/// `redis_lock_last_error` and returned as its code, and a panic is caught and returned as
-/// `REDIS_LOCK_PANIC`, since unwinding into C is undefined behaviour.
-pub(super) fn guarded(body: impl FnOnce() -> Result<(), Failure>) -> redis_lock_result {
+/// `redis_rlock_last_error` and returned as its code, and a panic is caught and returned as
+/// `REDIS_RLOCK_PANIC`, since unwinding into C is undefined behaviour.
+pub(super) fn guarded(body: impl FnOnce() -> Result<(), Failure>) -> redis_rlock_result {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => REDIS_LOCK_OK,
+        Ok(Ok(())) => REDIS_RLOCK_OK,
         Ok(Err(failure)) => {
             set_last_error(failure.message);
             failure.code
         }
         Err(payload) => {
             set_last_error(format!(
-                "panic inside redis-lock: {}",
+                "panic inside redis-rlock: {}",
                 panic_message(&*payload)
             ));
-            REDIS_LOCK_PANIC
+            REDIS_RLOCK_PANIC
         }
     }
 }
@@ -114,7 +114,7 @@ pub(super) fn guarded(body: impl FnOnce() -> Result<(), Failure>) -> redis_lock_
 pub(super) fn guarded_void(body: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
         set_last_error(format!(
-            "panic inside redis-lock: {}",
+            "panic inside redis-rlock: {}",
             panic_message(&*payload)
         ));
     }
@@ -172,25 +172,25 @@ pub(super) unsafe fn write_out<T>(what: &str, ptr: *mut T, value: T) -> Result<(
 
 /// The message of the calling thread's last failed call, or `""` when none failed yet.
 ///
-/// The string belongs to redis-lock: do not free it. It stays valid until the next call that
+/// The string belongs to redis-rlock: do not free it. It stays valid until the next call that
 /// fails on the same thread (successful calls leave it as it is, like `errno`), so copy it if
 /// you need it longer.
 #[no_mangle]
-pub extern "C" fn redis_lock_last_error() -> *const c_char {
+pub extern "C" fn redis_rlock_last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().as_ptr())
 }
 
 /// A short constant description of a result code (`"not held"`, ...), for messages. Never NULL;
 /// an unknown code gives `"unknown result code"`. Do not free it.
 #[no_mangle]
-pub extern "C" fn redis_lock_result_str(result: c_int) -> *const c_char {
+pub extern "C" fn redis_rlock_result_str(result: c_int) -> *const c_char {
     let text: &'static CStr = match result {
         0 => c"ok",
         1 => c"not acquired: the wait passed",
         2 => c"not held: the lock was no longer this owner's",
         3 => c"invalid argument",
         4 => c"Redis error",
-        5 => c"panic inside redis-lock",
+        5 => c"panic inside redis-rlock",
         6 => c"system error",
         _ => c"unknown result code",
     };
@@ -199,7 +199,7 @@ pub extern "C" fn redis_lock_result_str(result: c_int) -> *const c_char {
 
 /// The library's version, such as `"0.1.0"`. Never NULL; do not free it.
 #[no_mangle]
-pub extern "C" fn redis_lock_version() -> *const c_char {
+pub extern "C" fn redis_rlock_version() -> *const c_char {
     const VERSION: &CStr =
         match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
             Ok(version) => version,
@@ -213,8 +213,8 @@ mod tests {
     use super::*;
 
     fn last_error() -> String {
-        // SAFETY: redis_lock_last_error always returns a valid NUL-terminated string.
-        unsafe { CStr::from_ptr(redis_lock_last_error()) }
+        // SAFETY: redis_rlock_last_error always returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(redis_rlock_last_error()) }
             .to_string_lossy()
             .into_owned()
     }
@@ -222,7 +222,7 @@ mod tests {
     #[test]
     fn a_panic_becomes_a_result_code_and_a_message() {
         let result = guarded(|| panic!("boom at the boundary"));
-        assert_eq!(result, REDIS_LOCK_PANIC);
+        assert_eq!(result, REDIS_RLOCK_PANIC);
         assert!(
             last_error().contains("boom at the boundary"),
             "{}",
@@ -233,12 +233,12 @@ mod tests {
     #[test]
     fn a_failure_sets_the_message_and_success_leaves_it() {
         let result = guarded(|| Err(Failure::invalid("name is NULL")));
-        assert_eq!(result, REDIS_LOCK_INVALID_ARGUMENT);
-        assert_eq!(guarded(|| Ok(())), REDIS_LOCK_OK);
+        assert_eq!(result, REDIS_RLOCK_INVALID_ARGUMENT);
+        assert_eq!(guarded(|| Ok(())), REDIS_RLOCK_OK);
         assert_eq!(last_error(), "name is NULL");
     }
 
-    /// Every kind of error `redis_lock::Error` has today, with its code. (The match in
+    /// Every kind of error `redis_rlock::Error` has today, with its code. (The match in
     /// `From<Error>` needs a catch-all arm, `Error` being non-exhaustive: this test is what
     /// notices a kind mapped wrongly or left to it.)
     #[test]
@@ -247,45 +247,45 @@ mod tests {
         let cases = [
             (
                 Error::InvalidName { reason: "r".into() },
-                REDIS_LOCK_INVALID_ARGUMENT,
+                REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (
                 Error::InvalidArgument {
                     what: "lease",
                     reason: "r".into(),
                 },
-                REDIS_LOCK_INVALID_ARGUMENT,
+                REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (
                 Error::InvalidUrl { source: redis() },
-                REDIS_LOCK_INVALID_ARGUMENT,
+                REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (
                 Error::Forked {
                     created_in: 1,
                     used_in: 2,
                 },
-                REDIS_LOCK_INVALID_ARGUMENT,
+                REDIS_RLOCK_INVALID_ARGUMENT,
             ),
-            (Error::NotHeld { name: "n".into() }, REDIS_LOCK_NOT_HELD),
-            (Error::Connect { source: redis() }, REDIS_LOCK_REDIS_ERROR),
+            (Error::NotHeld { name: "n".into() }, REDIS_RLOCK_NOT_HELD),
+            (Error::Connect { source: redis() }, REDIS_RLOCK_REDIS_ERROR),
             (
                 Error::Redis {
                     operation: "acquire",
                     source: redis(),
                 },
-                REDIS_LOCK_REDIS_ERROR,
+                REDIS_RLOCK_REDIS_ERROR,
             ),
             (
                 Error::WrongType { name: "n".into() },
-                REDIS_LOCK_REDIS_ERROR,
+                REDIS_RLOCK_REDIS_ERROR,
             ),
             (
                 Error::Timeout {
                     operation: "acquire",
                     after: std::time::Duration::ZERO,
                 },
-                REDIS_LOCK_REDIS_ERROR,
+                REDIS_RLOCK_REDIS_ERROR,
             ),
             (
                 Error::NotReplicated {
@@ -293,13 +293,13 @@ mod tests {
                     replicas: 1,
                     timeout: std::time::Duration::ZERO,
                 },
-                REDIS_LOCK_REDIS_ERROR,
+                REDIS_RLOCK_REDIS_ERROR,
             ),
             (
                 Error::ThreadSpawn {
                     source: std::io::Error::other("no threads left"),
                 },
-                REDIS_LOCK_SYSTEM_ERROR,
+                REDIS_RLOCK_SYSTEM_ERROR,
             ),
         ];
         for (err, code) in cases {
@@ -308,8 +308,8 @@ mod tests {
             assert_eq!(failure.code, code, "{shown}");
             assert_eq!(failure.message, shown);
         }
-        assert_eq!(REDIS_LOCK_OK as c_int, 0);
-        assert_eq!(REDIS_LOCK_SYSTEM_ERROR as c_int, 6);
+        assert_eq!(REDIS_RLOCK_OK as c_int, 0);
+        assert_eq!(REDIS_RLOCK_SYSTEM_ERROR as c_int, 6);
     }
 
     #[test]

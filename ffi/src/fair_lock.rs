@@ -1,27 +1,27 @@
 //! Acquiring fair locks (Redisson's `RFairLock`) from C: the guards are the plain lock's
-//! `redis_lock_guard`, released with `redis_lock_unlock` or `redis_lock_guard_free`.
+//! `redis_rlock_guard`, released with `redis_rlock_unlock` or `redis_rlock_guard_free`.
 
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::redis_lock_result;
-use super::lock::{acquire_into, redis_lock_guard};
-use super::manager::redis_lock_manager;
+use super::boundary::redis_rlock_result;
+use super::lock::{acquire_into, redis_rlock_guard};
+use super::manager::redis_rlock_manager;
 
 /// Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
 /// first come, first served. The watchdog renews the lease until the guard is unlocked or
 /// freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
-/// `redis_lock_lock`.
+/// `redis_rlock_lock`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
 /// valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_fair_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_fair_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
     unsafe {
         acquire_into(m, name, out, |manager, name| {
@@ -32,18 +32,18 @@ pub unsafe extern "C" fn redis_lock_fair_lock(
 
 /// Tries to acquire the fair lock `name` for up to `wait_ms` milliseconds (0: one attempt,
 /// without queueing), with the watchdog; while waiting it keeps its place in the queue.
-/// `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed (it has then left the
-/// queue). Ownership as for `redis_lock_lock`.
+/// `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed (it has then left the
+/// queue). Ownership as for `redis_rlock_lock`.
 ///
 /// # Safety
-/// As for `redis_lock_fair_lock`.
+/// As for `redis_rlock_fair_lock`.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_fair_try_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_fair_try_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     wait_ms: u64,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     let wait = Duration::from_millis(wait_ms);
     // SAFETY: the same contract, passed on.
     unsafe {

@@ -1,16 +1,16 @@
-//! The C API of redis-lock: opaque handles, plain result codes and a thread-local error
-//! message over the Rust API, for C and C++ programs. Builds `libredis_lock_ffi.so` and
-//! `libredis_lock_ffi.a`; the header, `include/redis_lock.h`, is generated from this crate by
+//! The C API of redis-rlock: opaque handles, plain result codes and a thread-local error
+//! message over the Rust API, for C and C++ programs. Builds `libredis_rlock_ffi.so` and
+//! `libredis_rlock_ffi.a`; the header, `include/redis_rlock.h`, is generated from this crate by
 //! cbindgen (`ffi/cbindgen.toml`). `scripts/install-c` installs the libraries as
-//! `libredis_lock`, with the header and pkg-config and CMake files (docs/C.md).
+//! `libredis_rlock`, with the header and pkg-config and CMake files (docs/C.md).
 //!
-//! A crate of its own so that Rust programs, which depend on `redis-lock`, build no C
-//! libraries, and so that `redis-lock` has no `unsafe` code outside its tests. This is where
+//! A crate of its own so that Rust programs, which depend on `redis-rlock`, build no C
+//! libraries, and so that `redis-rlock` has no `unsafe` code outside its tests. This is where
 //! the unsafe code is: it turns C pointers into references after checking them for NULL, and
 //! every `extern "C"` body runs behind a panic boundary (`boundary.rs`), so no Rust panic ever
 //! unwinds into C.
 #![deny(missing_docs)]
-// The exported names are C's: `redis_lock_manager`, `REDIS_LOCK_OK`, ...
+// The exported names are C's: `redis_rlock_manager`, `REDIS_RLOCK_OK`, ...
 #![allow(non_camel_case_types)]
 
 mod boundary;
@@ -22,4 +22,4 @@ mod semaphore;
 mod stats;
 
 // Only the header's constant: public so that the compiler counts it as used.
-pub use semaphore::REDIS_LOCK_SEMAPHORE_MAX_PERMITS;
+pub use semaphore::REDIS_RLOCK_SEMAPHORE_MAX_PERMITS;

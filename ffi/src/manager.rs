@@ -1,10 +1,10 @@
-//! `redis_lock_manager`: creating and freeing a manager from C, with its options.
+//! `redis_rlock_manager`: creating and freeing a manager from C, with its options.
 
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::{guarded, guarded_void, redis_lock_result, str_arg, write_out};
-use redis_lock::{LockManager, LockManagerBuilder};
+use super::boundary::{guarded, guarded_void, redis_rlock_result, str_arg, write_out};
+use redis_rlock::{LockManager, LockManagerBuilder};
 
 /// A lock manager: a connection pool, one watchdog thread and one pub/sub listener thread.
 ///
@@ -14,16 +14,16 @@ use redis_lock::{LockManager, LockManagerBuilder};
 /// Per process: create the manager after any fork(), in the process that uses it. A child made
 /// by fork() inherits the parent's connections, client id and thread numbers but not its
 /// threads; there every call on an inherited manager or guard fails with
-/// `REDIS_LOCK_INVALID_ARGUMENT` and sends nothing, and `redis_lock_manager_free` is safe.
-pub struct redis_lock_manager {
+/// `REDIS_RLOCK_INVALID_ARGUMENT` and sends nothing, and `redis_rlock_manager_free` is safe.
+pub struct redis_rlock_manager {
     pub(super) manager: LockManager,
 }
 
-/// Settings for `redis_lock_manager_new_with_options`. A field left 0 takes its default; start
-/// from `redis_lock_options_default()` to see the defaults.
+/// Settings for `redis_rlock_manager_new_with_options`. A field left 0 takes its default; start
+/// from `redis_rlock_options_default()` to see the defaults.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct redis_lock_options {
+pub struct redis_rlock_options {
     /// Lease of locks taken without an explicit lease, renewed every third of it while held.
     /// Default 30000; at least 500, at most 3153600000000 (100 years).
     pub watchdog_timeout_ms: u64,
@@ -37,8 +37,8 @@ pub struct redis_lock_options {
 
 /// The default options (every field filled in with its default value).
 #[no_mangle]
-pub extern "C" fn redis_lock_options_default() -> redis_lock_options {
-    redis_lock_options {
+pub extern "C" fn redis_rlock_options_default() -> redis_rlock_options {
+    redis_rlock_options {
         watchdog_timeout_ms: LockManagerBuilder::DEFAULT_WATCHDOG_TIMEOUT.as_millis() as u64,
         pool_size: LockManagerBuilder::DEFAULT_POOL_SIZE as u32,
         connect_timeout_ms: LockManagerBuilder::DEFAULT_CONNECT_TIMEOUT.as_millis() as u64,
@@ -46,43 +46,43 @@ pub extern "C" fn redis_lock_options_default() -> redis_lock_options {
     }
 }
 
-/// Connects to Redis with the default options; see `redis_lock_manager_new_with_options`.
+/// Connects to Redis with the default options; see `redis_rlock_manager_new_with_options`.
 ///
 /// # Safety
 /// `url` is NULL or a NUL-terminated string; `out` is NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_manager_new(
+pub unsafe extern "C" fn redis_rlock_manager_new(
     url: *const c_char,
-    out: *mut *mut redis_lock_manager,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_manager,
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
-    unsafe { redis_lock_manager_new_with_options(url, std::ptr::null(), out) }
+    unsafe { redis_rlock_manager_new_with_options(url, std::ptr::null(), out) }
 }
 
 /// Connects to Redis at `url` (`redis://[user:password@]host[:port][/db]`), loads the lock
 /// scripts and starts the manager's two threads. `opts` may be NULL (all defaults).
 ///
-/// On `REDIS_LOCK_OK`, `*out` is a new manager that the caller owns and frees with
-/// `redis_lock_manager_free`; on failure `*out` is NULL. Errors: `REDIS_LOCK_INVALID_ARGUMENT`
-/// (NULL or non-UTF-8 `url`, unparseable URL, out-of-range option), `REDIS_LOCK_REDIS_ERROR`
+/// On `REDIS_RLOCK_OK`, `*out` is a new manager that the caller owns and frees with
+/// `redis_rlock_manager_free`; on failure `*out` is NULL. Errors: `REDIS_RLOCK_INVALID_ARGUMENT`
+/// (NULL or non-UTF-8 `url`, unparseable URL, out-of-range option), `REDIS_RLOCK_REDIS_ERROR`
 /// (Redis unreachable or refusing the credentials).
 ///
 /// # Safety
 /// `url` is NULL or a NUL-terminated string; `opts` is NULL or points to options; `out` is
 /// NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_manager_new_with_options(
+pub unsafe extern "C" fn redis_rlock_manager_new_with_options(
     url: *const c_char,
-    opts: *const redis_lock_options,
-    out: *mut *mut redis_lock_manager,
-) -> redis_lock_result {
+    opts: *const redis_rlock_options,
+    out: *mut *mut redis_rlock_manager,
+) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (all three): the caller's contract.
         unsafe { write_out("out", out, std::ptr::null_mut())? };
         let url = unsafe { str_arg("url", url)? };
         let opts = unsafe { opts.as_ref() }
             .copied()
-            .unwrap_or(redis_lock_options {
+            .unwrap_or(redis_rlock_options {
                 watchdog_timeout_ms: 0,
                 pool_size: 0,
                 connect_timeout_ms: 0,
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn redis_lock_manager_new_with_options(
                 LockManagerBuilder::DEFAULT_RESPONSE_TIMEOUT,
             ))
             .build()?;
-        let handle = Box::into_raw(Box::new(redis_lock_manager { manager }));
+        let handle = Box::into_raw(Box::new(redis_rlock_manager { manager }));
         // SAFETY: checked above.
         unsafe { out.write(handle) };
         Ok(())
@@ -131,9 +131,9 @@ fn millis_or(ms: u64, default: Duration) -> Duration {
 /// left untouched (the child's memory of it is not reclaimed).
 ///
 /// # Safety
-/// `m` is NULL or a manager from `redis_lock_manager_new*` that was not freed yet.
+/// `m` is NULL or a manager from `redis_rlock_manager_new*` that was not freed yet.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_manager_free(m: *mut redis_lock_manager) {
+pub unsafe extern "C" fn redis_rlock_manager_free(m: *mut redis_rlock_manager) {
     if m.is_null() {
         return;
     }

@@ -1,28 +1,28 @@
 //! Acquiring the read and write locks of a read-write lock (Redisson's `RReadWriteLock`)
-//! from C: the guards are the plain lock's `redis_lock_guard`, released with
-//! `redis_lock_unlock` or `redis_lock_guard_free`.
+//! from C: the guards are the plain lock's `redis_rlock_guard`, released with
+//! `redis_rlock_unlock` or `redis_rlock_guard_free`.
 
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::redis_lock_result;
-use super::lock::{acquire_into, redis_lock_guard};
-use super::manager::redis_lock_manager;
+use super::boundary::redis_rlock_result;
+use super::lock::{acquire_into, redis_rlock_guard};
+use super::manager::redis_rlock_manager;
 
 /// Waits as long as it takes to take a read hold on the read-write lock `name`: shared with
 /// other readers, excluded by a writer (except the calling thread's own write hold). The
 /// watchdog renews it until the guard is unlocked or freed. Result codes and ownership of
-/// `*out` as for `redis_lock_lock`.
+/// `*out` as for `redis_rlock_lock`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
 /// valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_read_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_read_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
     unsafe {
         acquire_into(m, name, out, |manager, name| {
@@ -36,18 +36,18 @@ pub unsafe extern "C" fn redis_lock_read_lock(
 }
 
 /// Tries to take a read hold on `name` for up to `wait_ms` milliseconds (0: one attempt).
-/// `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
-/// `redis_lock_lock`.
+/// `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
+/// `redis_rlock_lock`.
 ///
 /// # Safety
-/// As for `redis_lock_read_lock`.
+/// As for `redis_rlock_read_lock`.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_read_try_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_read_try_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     wait_ms: u64,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     let wait = Duration::from_millis(wait_ms);
     // SAFETY: the same contract, passed on.
     unsafe {
@@ -59,17 +59,17 @@ pub unsafe extern "C" fn redis_lock_read_try_lock(
 
 /// Waits as long as it takes to take the write lock of the read-write lock `name`, which
 /// excludes readers and other writers. A thread that holds a read hold on `name` (and not the
-/// write lock) gets `REDIS_LOCK_INVALID_ARGUMENT`: it would wait for itself. Ownership as for
-/// `redis_lock_lock`.
+/// write lock) gets `REDIS_RLOCK_INVALID_ARGUMENT`: it would wait for itself. Ownership as for
+/// `redis_rlock_lock`.
 ///
 /// # Safety
-/// As for `redis_lock_read_lock`.
+/// As for `redis_rlock_read_lock`.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_write_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_write_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
     unsafe {
         acquire_into(m, name, out, |manager, name| {
@@ -83,18 +83,18 @@ pub unsafe extern "C" fn redis_lock_write_lock(
 }
 
 /// Tries to take the write lock of `name` for up to `wait_ms` milliseconds (0: one
-/// attempt). `REDIS_LOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
-/// `redis_lock_lock`.
+/// attempt). `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed. Ownership as for
+/// `redis_rlock_lock`.
 ///
 /// # Safety
-/// As for `redis_lock_read_lock`.
+/// As for `redis_rlock_read_lock`.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_write_try_lock(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_write_try_lock(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     wait_ms: u64,
-    out: *mut *mut redis_lock_guard,
-) -> redis_lock_result {
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
     let wait = Duration::from_millis(wait_ms);
     // SAFETY: the same contract, passed on.
     unsafe {

@@ -6,24 +6,24 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::{guarded, redis_lock_result, ref_arg, str_arg, write_out, Failure};
-use super::manager::redis_lock_manager;
-use redis_lock::Semaphore;
+use super::boundary::{guarded, redis_rlock_result, ref_arg, str_arg, write_out, Failure};
+use super::manager::redis_rlock_manager;
+use redis_rlock::Semaphore;
 
 /// The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
 /// permits in a Java int.
-pub const REDIS_LOCK_SEMAPHORE_MAX_PERMITS: u32 = 2_147_483_647;
-const _: () = assert!(REDIS_LOCK_SEMAPHORE_MAX_PERMITS == Semaphore::MAX_PERMITS);
+pub const REDIS_RLOCK_SEMAPHORE_MAX_PERMITS: u32 = 2_147_483_647;
+const _: () = assert!(REDIS_RLOCK_SEMAPHORE_MAX_PERMITS == Semaphore::MAX_PERMITS);
 
 /// The shared body: checks the arguments, then runs `op` on the semaphore `name`.
 ///
 /// # Safety
 /// As for the exported functions: each pointer is NULL or valid.
 unsafe fn with_semaphore(
-    m: *mut redis_lock_manager,
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     op: impl FnOnce(&Semaphore) -> std::result::Result<(), Failure>,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (both): the caller's contract.
         let manager = unsafe { ref_arg("manager", m)? };
@@ -42,19 +42,19 @@ fn require<T>(what: &str, out: *mut T) -> std::result::Result<(), Failure> {
 
 /// Creates the semaphore `name` with `permits` free permits (0 allowed) if it does not exist.
 /// `*set` tells whether it was created; an existing semaphore keeps its count. At most
-/// `REDIS_LOCK_SEMAPHORE_MAX_PERMITS`. A key of that name that is not a semaphore is
-/// left alone (`REDIS_LOCK_REDIS_ERROR`).
+/// `REDIS_RLOCK_SEMAPHORE_MAX_PERMITS`. A key of that name that is not a semaphore is
+/// left alone (`REDIS_RLOCK_REDIS_ERROR`).
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `set` is NULL or
 /// valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_semaphore_try_set_permits(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_semaphore_try_set_permits(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     permits: u32,
     set: *mut bool,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     let op = |semaphore: &Semaphore| {
         require("set", set)?;
         let created = semaphore.try_set_permits(permits)?;
@@ -72,30 +72,30 @@ pub unsafe extern "C" fn redis_lock_semaphore_try_set_permits(
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_semaphore_acquire(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_semaphore_acquire(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     permits: u32,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
     unsafe { with_semaphore(m, name, |semaphore| Ok(semaphore.acquire(permits)?)) }
 }
 
 /// Takes `permits` permits of `name` if that many become free within `wait_ms` milliseconds
-/// (0: one attempt). Returns `REDIS_LOCK_OK` either way, with `*acquired` telling whether the
+/// (0: one attempt). Returns `REDIS_RLOCK_OK` either way, with `*acquired` telling whether the
 /// permits were taken.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `acquired` is
 /// NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_semaphore_try_acquire(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_semaphore_try_acquire(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     permits: u32,
     wait_ms: u64,
     acquired: *mut bool,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     let wait = Duration::from_millis(wait_ms);
     let op = |semaphore: &Semaphore| {
         require("acquired", acquired)?;
@@ -109,16 +109,16 @@ pub unsafe extern "C" fn redis_lock_semaphore_try_acquire(
 
 /// Gives `permits` permits (at least 1) back to `name`, whoever took them, and wakes waiters.
 /// A semaphore that does not exist is created with `permits`. A release that would take the
-/// count past `REDIS_LOCK_SEMAPHORE_MAX_PERMITS` changes nothing (`REDIS_LOCK_INVALID_ARGUMENT`).
+/// count past `REDIS_RLOCK_SEMAPHORE_MAX_PERMITS` changes nothing (`REDIS_RLOCK_INVALID_ARGUMENT`).
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_semaphore_release(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_semaphore_release(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     permits: u32,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     // SAFETY: the same contract, passed on.
     unsafe { with_semaphore(m, name, |semaphore| Ok(semaphore.release(permits)?)) }
 }
@@ -130,11 +130,11 @@ pub unsafe extern "C" fn redis_lock_semaphore_release(
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `permits` is
 /// NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_semaphore_available_permits(
-    m: *mut redis_lock_manager,
+pub unsafe extern "C" fn redis_rlock_semaphore_available_permits(
+    m: *mut redis_rlock_manager,
     name: *const c_char,
     permits: *mut u64,
-) -> redis_lock_result {
+) -> redis_rlock_result {
     let op = |semaphore: &Semaphore| {
         require("permits", permits)?;
         let free = semaphore.available_permits()?;

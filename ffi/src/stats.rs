@@ -1,10 +1,10 @@
-//! `redis_lock_stats`: a manager's counters for C programs' metrics and logs.
+//! `redis_rlock_stats`: a manager's counters for C programs' metrics and logs.
 
-use super::boundary::{guarded, redis_lock_result, ref_arg, write_out};
-use super::manager::redis_lock_manager;
-use redis_lock::Stats;
+use super::boundary::{guarded, redis_rlock_result, ref_arg, write_out};
+use super::manager::redis_rlock_manager;
+use redis_rlock::Stats;
 
-/// A snapshot of a manager's counters since it was created (`redis_lock_manager_stats`), the
+/// A snapshot of a manager's counters since it was created (`redis_rlock_manager_stats`), the
 /// C form of the Rust `Stats`. Every counter only grows; report rates as differences between
 /// two snapshots.
 ///
@@ -15,7 +15,7 @@ use redis_lock::Stats;
 /// added at the end, in a release with a new soname.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct redis_lock_stats {
+pub struct redis_rlock_stats {
     /// Commands sent to Redis, on pooled and pub/sub connections alike; each command of a
     /// pipeline counts.
     pub commands: u64,
@@ -52,7 +52,7 @@ pub struct redis_lock_stats {
     pub grants_taken: u64,
 }
 
-impl From<Stats> for redis_lock_stats {
+impl From<Stats> for redis_rlock_stats {
     fn from(stats: Stats) -> Self {
         // `Stats` is non-exhaustive, so a counter added to it would compile here unnoticed:
         // the test `the_c_struct_has_every_counter` fails until the C struct has it too.
@@ -74,7 +74,7 @@ impl From<Stats> for redis_lock_stats {
             grants_taken,
             ..
         } = stats;
-        redis_lock_stats {
+        redis_rlock_stats {
             commands,
             round_trips,
             acquisitions,
@@ -98,20 +98,20 @@ impl From<Stats> for redis_lock_stats {
 /// Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics
 /// scrape. The counters cover the manager since it was created, with every thread using it.
 ///
-/// Errors: `REDIS_LOCK_INVALID_ARGUMENT` when `m` or `out` is NULL (`*out` is then left as it
+/// Errors: `REDIS_RLOCK_INVALID_ARGUMENT` when `m` or `out` is NULL (`*out` is then left as it
 /// was).
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `out` is NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_lock_manager_stats(
-    m: *const redis_lock_manager,
-    out: *mut redis_lock_stats,
-) -> redis_lock_result {
+pub unsafe extern "C" fn redis_rlock_manager_stats(
+    m: *const redis_rlock_manager,
+    out: *mut redis_rlock_stats,
+) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (both): the caller's contract.
         let manager = unsafe { ref_arg("manager", m)? };
-        let stats = redis_lock_stats::from(manager.manager.stats());
+        let stats = redis_rlock_stats::from(manager.manager.stats());
         unsafe { write_out("out", out, stats) }
     })
 }
@@ -139,7 +139,7 @@ mod tests {
         stats.reconnects = 11;
         stats.local_handoffs = 12;
         stats.yields = 13;
-        let c = redis_lock_stats::from(stats);
+        let c = redis_rlock_stats::from(stats);
         assert_eq!(
             [
                 c.commands,
@@ -160,7 +160,7 @@ mod tests {
         );
         let mut forever = Stats::default();
         forever.wait_time = Duration::MAX;
-        assert_eq!(redis_lock_stats::from(forever).wait_time_us, u64::MAX);
+        assert_eq!(redis_rlock_stats::from(forever).wait_time_us, u64::MAX);
     }
 
     /// The field names a `{:?}` of a struct shows, in order.
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn the_c_struct_has_every_counter() {
         let rust = field_names(&format!("{:?}", Stats::default()));
-        let c = field_names(&format!("{:?}", redis_lock_stats::default()));
+        let c = field_names(&format!("{:?}", redis_rlock_stats::default()));
         // The one rename: C has no Duration, so the wait time is in microseconds.
         let rust: Vec<String> = rust
             .into_iter()
@@ -191,18 +191,21 @@ mod tests {
         let (mut rust, mut c) = (rust, c);
         rust.sort();
         c.sort();
-        assert_eq!(c, rust, "redis_lock_stats must have every counter of Stats");
+        assert_eq!(
+            c, rust,
+            "redis_rlock_stats must have every counter of Stats"
+        );
     }
 
     #[test]
     fn null_arguments_are_invalid_and_leave_out_alone() {
-        let mut out = redis_lock_stats {
+        let mut out = redis_rlock_stats {
             commands: 42,
-            ..redis_lock_stats::default()
+            ..redis_rlock_stats::default()
         };
         // SAFETY: NULL is allowed for both arguments.
-        let result = unsafe { redis_lock_manager_stats(std::ptr::null(), &mut out) };
-        assert_eq!(result, redis_lock_result::REDIS_LOCK_INVALID_ARGUMENT);
+        let result = unsafe { redis_rlock_manager_stats(std::ptr::null(), &mut out) };
+        assert_eq!(result, redis_rlock_result::REDIS_RLOCK_INVALID_ARGUMENT);
         assert_eq!(out.commands, 42);
     }
 }

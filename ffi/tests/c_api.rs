@@ -1,5 +1,5 @@
 //! The C API from C: compiles the programs in `examples/c/` (and `tests/c/`) with
-//! `cc -Wall -Wextra -Werror` against `include/redis_lock.h` and the libraries cargo built,
+//! `cc -Wall -Wextra -Werror` against `include/redis_rlock.h` and the libraries cargo built,
 //! runs them against a throwaway redis-server, and runs them again under AddressSanitizer,
 //! LeakSanitizer and UndefinedBehaviorSanitizer.
 //!
@@ -21,7 +21,7 @@ fn repository() -> &'static Path {
         .expect("ffi/ is inside the repository")
 }
 
-/// Where cargo put `libredis_lock_ffi.{a,so}` for this test run: `cargo test` builds the
+/// Where cargo put `libredis_rlock_ffi.{a,so}` for this test run: `cargo test` builds the
 /// library (all its crate types, in one rustc run) into `<target>/<profile>/deps/`, beside this test
 /// binary. (`<target>/<profile>/` has them only after a `cargo build`, and may be stale.)
 fn library_dir() -> PathBuf {
@@ -30,7 +30,7 @@ fn library_dir() -> PathBuf {
         .parent()
         .expect("<target>/<profile>/deps/<test>")
         .to_path_buf();
-    for lib in ["libredis_lock_ffi.a", "libredis_lock_ffi.so"] {
+    for lib in ["libredis_rlock_ffi.a", "libredis_rlock_ffi.so"] {
         let path = dir.join(lib);
         assert!(path.is_file(), "{} was not built", path.display());
     }
@@ -66,20 +66,20 @@ fn compile_from(dir: &str, name: &str, link: Link, flags: &[&str], out_dir: &Pat
     .arg(&exe);
     match link {
         Link::Static => {
-            cc.arg(lib_dir.join("libredis_lock_ffi.a"));
+            cc.arg(lib_dir.join("libredis_rlock_ffi.a"));
         }
         Link::Shared => {
-            // The library's soname (build.rs) is `libredis_lock.so.<major>`: that is the file
+            // The library's soname (build.rs) is `libredis_rlock.so.<major>`: that is the file
             // the program asks the loader for, and cargo makes no such link. Make one beside
             // the program and point the rpath there.
-            let soname = format!("libredis_lock.so.{}", env!("CARGO_PKG_VERSION_MAJOR"));
+            let soname = format!("libredis_rlock.so.{}", env!("CARGO_PKG_VERSION_MAJOR"));
             let link = out_dir.join(soname);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(lib_dir.join("libredis_lock_ffi.so"), &link)
+            std::os::unix::fs::symlink(lib_dir.join("libredis_rlock_ffi.so"), &link)
                 .expect("symlink the soname to the library");
             cc.arg("-L")
                 .arg(&lib_dir)
-                .arg("-lredis_lock_ffi")
+                .arg("-lredis_rlock_ffi")
                 .arg(format!("-Wl,-rpath,{}", out_dir.display()));
         }
     }
@@ -103,7 +103,7 @@ fn compile(name: &str, link: Link, flags: &[&str], out_dir: &Path) -> PathBuf {
 
 fn run(exe: &Path, args: &[String], sanitized: bool) -> Output {
     let mut cmd = Command::new(exe);
-    // cargo points LD_LIBRARY_PATH at <target>/<profile> too, whose libredis_lock_ffi.so may be
+    // cargo points LD_LIBRARY_PATH at <target>/<profile> too, whose libredis_rlock_ffi.so may be
     // from another build; the rpath set at link time names the one this test checked.
     cmd.args(args).env_remove("LD_LIBRARY_PATH");
     if sanitized {

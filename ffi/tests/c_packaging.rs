@@ -4,7 +4,7 @@
 //! `examples/c/Makefile`) and through CMake's `find_package` (`examples/c/cmake/`), warnings
 //! as errors, and run against a throwaway redis-server, loading the *installed* library.
 //!
-//! The install builds the release libraries once (`cargo build --release -p redis-lock-ffi`, in this
+//! The install builds the release libraries once (`cargo build --release -p redis-rlock-ffi`, in this
 //! test run's target directory, so CI builds them once): 139 s from an empty target directory
 //! on two shared cores, about 10 s after a change to the crate alone, under a second when
 //! they are fresh. The builds through pkg-config and CMake
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use support::RedisServer;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-const SONAME: &str = concat!("libredis_lock.so.", env!("CARGO_PKG_VERSION_MAJOR"));
+const SONAME: &str = concat!("libredis_rlock.so.", env!("CARGO_PKG_VERSION_MAJOR"));
 
 /// How long the release build and install may take (a cold build on two cores takes minutes).
 const INSTALL_LIMIT: Duration = Duration::from_secs(30 * 60);
@@ -202,12 +202,12 @@ fn assert_loads_installed_library(exe: &Path, prefix: &Path, library_dir: Option
 fn install_c_installs_a_versioned_library_the_header_and_package_files() {
     let prefix = prefix();
     let lib = prefix.join("lib");
-    let real = format!("libredis_lock.so.{VERSION}");
+    let real = format!("libredis_rlock.so.{VERSION}");
 
-    let header = std::fs::read(prefix.join("include/redis_lock.h")).expect("installed header");
+    let header = std::fs::read(prefix.join("include/redis_rlock.h")).expect("installed header");
     assert_eq!(
         header,
-        std::fs::read(root().join("include/redis_lock.h")).unwrap()
+        std::fs::read(root().join("include/redis_rlock.h")).unwrap()
     );
     assert!(lib.join(&real).symlink_metadata().unwrap().is_file());
     assert_eq!(
@@ -215,17 +215,17 @@ fn install_c_installs_a_versioned_library_the_header_and_package_files() {
         Path::new(&real)
     );
     assert_eq!(
-        std::fs::read_link(lib.join("libredis_lock.so")).unwrap(),
+        std::fs::read_link(lib.join("libredis_rlock.so")).unwrap(),
         Path::new(SONAME)
     );
-    assert!(lib.join("libredis_lock.a").is_file());
+    assert!(lib.join("libredis_rlock.a").is_file());
 
-    let pc = std::fs::read_to_string(lib.join("pkgconfig/redis_lock.pc")).unwrap();
+    let pc = std::fs::read_to_string(lib.join("pkgconfig/redis_rlock.pc")).unwrap();
     for line in [
         format!("prefix={}", prefix.display()),
         "libdir=${prefix}/lib".to_string(),
         format!("Version: {VERSION}"),
-        "Libs: -L${libdir} -lredis_lock".to_string(),
+        "Libs: -L${libdir} -lredis_rlock".to_string(),
         "Cflags: -I${includedir}".to_string(),
     ] {
         assert!(pc.lines().any(|l| l == line), "no line {line:?} in:\n{pc}");
@@ -235,11 +235,14 @@ fn install_c_installs_a_versioned_library_the_header_and_package_files() {
             .any(|l| l.starts_with("Libs.private: ") && l.contains("-lpthread")),
         "{pc}"
     );
-    let cmake = lib.join("cmake/redis_lock");
-    let config = std::fs::read_to_string(cmake.join("redis_lockConfig.cmake")).unwrap();
-    assert!(config.contains("redis_lock::redis_lock_static"), "{config}");
+    let cmake = lib.join("cmake/redis_rlock");
+    let config = std::fs::read_to_string(cmake.join("redis_rlockConfig.cmake")).unwrap();
+    assert!(
+        config.contains("redis_rlock::redis_rlock_static"),
+        "{config}"
+    );
     let config_version =
-        std::fs::read_to_string(cmake.join("redis_lockConfigVersion.cmake")).unwrap();
+        std::fs::read_to_string(cmake.join("redis_rlockConfigVersion.cmake")).unwrap();
     assert!(
         config_version.contains(&format!("\"{VERSION}\"")),
         "{config_version}"
@@ -263,7 +266,7 @@ fn install_c_installs_a_versioned_library_the_header_and_package_files() {
 fn destdir_stages_the_install_and_the_files_name_the_real_prefix() {
     prefix(); // the release build, once
     let stage = fresh_dir("stage");
-    let prefix = Path::new("/nonexistent/redis-lock-packaging-test");
+    let prefix = Path::new("/nonexistent/redis-rlock-packaging-test");
     let mut cmd = install_command(prefix);
     cmd.args(["--libdir", "lib64"]).env("DESTDIR", &stage);
     run_ok(cmd, "scripts/install-c with DESTDIR", INSTALL_LIMIT);
@@ -271,9 +274,9 @@ fn destdir_stages_the_install_and_the_files_name_the_real_prefix() {
 
     let staged = stage.join(prefix.strip_prefix("/").unwrap());
     let lib = staged.join("lib64");
-    assert!(staged.join("include/redis_lock.h").is_file());
-    assert!(lib.join(SONAME).exists() && lib.join("libredis_lock.a").is_file());
-    let pc = std::fs::read_to_string(lib.join("pkgconfig/redis_lock.pc")).unwrap();
+    assert!(staged.join("include/redis_rlock.h").is_file());
+    assert!(lib.join(SONAME).exists() && lib.join("libredis_rlock.a").is_file());
+    let pc = std::fs::read_to_string(lib.join("pkgconfig/redis_rlock.pc")).unwrap();
     assert!(
         pc.lines()
             .any(|l| l == format!("prefix={}", prefix.display())),
@@ -291,14 +294,14 @@ fn destdir_stages_the_install_and_the_files_name_the_real_prefix() {
             .arg(&build)
             // Debian's CMake does not search lib64/ (multiarch): name the package's folder.
             .arg(format!(
-                "-Dredis_lock_DIR={}",
-                lib.join("cmake/redis_lock").display()
+                "-Dredis_rlock_DIR={}",
+                lib.join("cmake/redis_rlock").display()
             ));
         let configured = run_ok(cmd, "cmake (configure, staged)", BUILD_LIMIT);
         // The imported targets point into the staged tree, not at the prefix.
         let rules = std::fs::read_to_string(build.join("CMakeFiles/counter.dir/build.make"))
             .expect("CMake's makefile for counter");
-        let library = lib.join(format!("libredis_lock.so.{VERSION}"));
+        let library = lib.join(format!("libredis_rlock.so.{VERSION}"));
         assert!(
             rules.contains(&library.display().to_string()),
             "counter does not link {}\n{}",
@@ -367,6 +370,6 @@ fn counter_built_through_cmake_find_package_runs_shared_and_static() {
     let mut cmd = Command::new("ldd");
     cmd.arg(&static_).env_remove("LD_LIBRARY_PATH");
     let ldd = run_ok(cmd, "ldd", RUN_LIMIT).stdout;
-    assert!(!ldd.contains("libredis_lock"), "{ldd}");
+    assert!(!ldd.contains("libredis_rlock"), "{ldd}");
     run_counter(&static_, None);
 }

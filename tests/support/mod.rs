@@ -91,7 +91,7 @@ impl RedisServer {
                 child: None,
                 port: free_port_below(limit),
                 dir: tempfile::Builder::new()
-                    .prefix("redis-lock-test-")
+                    .prefix("redis-rlock-test-")
                     .tempdir()
                     .expect("temp dir for redis-server"),
                 extra_args: extra_args.clone(),
@@ -312,8 +312,8 @@ pub fn read_until_marker(stdout: &mut BufReader<ChildStdout>, marker: &str) -> S
 }
 
 /// A manager for `server` with a short watchdog timeout, for tests that watch renewals.
-pub fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> redis_lock::LockManager {
-    redis_lock::LockManager::builder(&server.url())
+pub fn manager_with_watchdog(server: &RedisServer, timeout: Duration) -> redis_rlock::LockManager {
+    redis_rlock::LockManager::builder(&server.url())
         .watchdog_timeout(timeout)
         .build()
         .expect("manager")
@@ -427,12 +427,12 @@ fn redact(url: &str) -> String {
 
 /// A thread blocked in `manager.lock(name)` that records when it got the lock, then unlocks.
 pub struct Waiter {
-    handle: std::thread::JoinHandle<redis_lock::Result<()>>,
+    handle: std::thread::JoinHandle<redis_rlock::Result<()>>,
     acquired: std::sync::mpsc::Receiver<Instant>,
 }
 
 impl Waiter {
-    pub fn spawn(manager: &redis_lock::LockManager, name: &str) -> Self {
+    pub fn spawn(manager: &redis_rlock::LockManager, name: &str) -> Self {
         let (tx, acquired) = std::sync::mpsc::channel();
         let manager = manager.clone();
         let name = name.to_owned();
@@ -496,8 +496,8 @@ impl Watcher<'_> {
 /// Waits (up to 10 s) until `manager`'s pub/sub listener has subscribed to its private wake-up
 /// channel, which it does in the background after the manager starts: tests that count
 /// commands or swallow replies must not catch that subscription by mistake.
-pub fn await_listener(conn: &mut redis::Connection, manager: &redis_lock::LockManager) {
-    let control = format!("redis_lock__control:{{{}}}", manager.client_id());
+pub fn await_listener(conn: &mut redis::Connection, manager: &redis_rlock::LockManager) {
+    let control = format!("redis_rlock__control:{{{}}}", manager.client_id());
     assert!(
         await_subscribers(conn, &control, 1),
         "the manager's listener subscribed"

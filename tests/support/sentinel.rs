@@ -82,7 +82,7 @@ impl RedisSentinel {
             conn(master.port()).is_some_and(|mut c| super::role_lists_replicas(&mut c) == 2)
         });
         let dir = tempfile::Builder::new()
-            .prefix("redis-lock-sentinel-")
+            .prefix("redis-rlock-sentinel-")
             .tempdir()
             .expect("temp dir");
         let mut sentinels = Vec::new();

@@ -1,6 +1,6 @@
 /*
  * The C API's duration limits (run by tests/c_api.rs): leases and watchdog timeouts beyond
- * the longest the library accepts (100 years) are refused with REDIS_LOCK_INVALID_ARGUMENT,
+ * the longest the library accepts (100 years) are refused with REDIS_RLOCK_INVALID_ARGUMENT,
  * promptly, and the longest accepted ones work. The bug this guards against was an endless
  * loop, so the program gives itself a minute (alarm) and dies of SIGALRM after that.
  *
@@ -12,26 +12,26 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis_lock.h"
+#include "redis_rlock.h"
 
 /* The longest lease and watchdog timeout accepted, in ms: 100 years. */
 #define MAX_LEASE_MS (UINT64_C(100) * 365 * 24 * 60 * 60 * 1000)
 
 static int checks = 0;
 
-static void expect(redis_lock_result got, redis_lock_result expected, const char *what, int line) {
+static void expect(redis_rlock_result got, redis_rlock_result expected, const char *what, int line) {
     if (got != expected) {
         fprintf(stderr, "line %d: %s gave %d (%s), expected %d; last error: %s\n", line, what,
-                (int)got, redis_lock_result_str(got), (int)expected, redis_lock_last_error());
+                (int)got, redis_rlock_result_str(got), (int)expected, redis_rlock_last_error());
         exit(1);
     }
     checks++;
 }
 
 static void expect_error_mentions(const char *word, int line) {
-    if (strstr(redis_lock_last_error(), word) == NULL) {
+    if (strstr(redis_rlock_last_error(), word) == NULL) {
         fprintf(stderr, "line %d: the error does not mention \"%s\": %s\n", line, word,
-                redis_lock_last_error());
+                redis_rlock_last_error());
         exit(1);
     }
     checks++;
@@ -48,10 +48,10 @@ int main(int argc, char **argv) {
     const char *url = argv[1];
     alarm(60);
 
-    redis_lock_options opts = redis_lock_options_default();
-    redis_lock_manager *m = NULL;
+    redis_rlock_options opts = redis_rlock_options_default();
+    redis_rlock_manager *m = NULL;
     opts.watchdog_timeout_ms = MAX_LEASE_MS + 1;
-    EXPECT(redis_lock_manager_new_with_options(url, &opts, &m), REDIS_LOCK_INVALID_ARGUMENT);
+    EXPECT(redis_rlock_manager_new_with_options(url, &opts, &m), REDIS_RLOCK_INVALID_ARGUMENT);
     MENTIONS("watchdog timeout");
     if (m != NULL) {
         fprintf(stderr, "a refused manager was returned\n");
@@ -59,33 +59,33 @@ int main(int argc, char **argv) {
     }
 
     opts.watchdog_timeout_ms = MAX_LEASE_MS;
-    EXPECT(redis_lock_manager_new_with_options(url, &opts, &m), REDIS_LOCK_OK);
+    EXPECT(redis_rlock_manager_new_with_options(url, &opts, &m), REDIS_RLOCK_OK);
 
-    redis_lock_guard *g = NULL;
-    EXPECT(redis_lock_lock(m, "c:longest", &g), REDIS_LOCK_OK);
-    EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
-    EXPECT(redis_lock_lock_with_lease(m, "c:longest", MAX_LEASE_MS, &g), REDIS_LOCK_OK);
-    EXPECT(redis_lock_unlock(g), REDIS_LOCK_OK);
+    redis_rlock_guard *g = NULL;
+    EXPECT(redis_rlock_lock(m, "c:longest", &g), REDIS_RLOCK_OK);
+    EXPECT(redis_rlock_unlock(g), REDIS_RLOCK_OK);
+    EXPECT(redis_rlock_lock_with_lease(m, "c:longest", MAX_LEASE_MS, &g), REDIS_RLOCK_OK);
+    EXPECT(redis_rlock_unlock(g), REDIS_RLOCK_OK);
 
     const uint64_t too_long[] = {MAX_LEASE_MS + 1, UINT64_C(1) << 52, UINT64_MAX};
     for (size_t i = 0; i < sizeof too_long / sizeof too_long[0]; i++) {
         g = NULL;
-        EXPECT(redis_lock_lock_with_lease(m, "c:longest", too_long[i], &g),
-               REDIS_LOCK_INVALID_ARGUMENT);
+        EXPECT(redis_rlock_lock_with_lease(m, "c:longest", too_long[i], &g),
+               REDIS_RLOCK_INVALID_ARGUMENT);
         MENTIONS("lease");
         if (g != NULL) {
             fprintf(stderr, "a refused lease %llu gave a guard\n", (unsigned long long)too_long[i]);
             return 1;
         }
-        EXPECT(redis_lock_try_lock_with_lease(m, "c:longest", 0, too_long[i], &g),
-               REDIS_LOCK_INVALID_ARGUMENT);
+        EXPECT(redis_rlock_try_lock_with_lease(m, "c:longest", 0, too_long[i], &g),
+               REDIS_RLOCK_INVALID_ARGUMENT);
         MENTIONS("lease");
         if (g != NULL) {
             fprintf(stderr, "a refused lease %llu gave a guard\n", (unsigned long long)too_long[i]);
             return 1;
         }
     }
-    redis_lock_manager_free(m);
+    redis_rlock_manager_free(m);
     printf("duration_limits: %d checks passed\n", checks);
     return 0;
 }

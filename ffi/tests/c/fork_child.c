@@ -1,7 +1,7 @@
 /*
  * A manager inherited through fork() (run by tests/c_api.rs): in the child every call on it
- * and on an inherited guard fails with REDIS_LOCK_INVALID_ARGUMENT and a message that says to
- * create the manager in the child, and redis_lock_manager_free and redis_lock_guard_free
+ * and on an inherited guard fails with REDIS_RLOCK_INVALID_ARGUMENT and a message that says to
+ * create the manager in the child, and redis_rlock_manager_free and redis_rlock_guard_free
  * return normally (no abort) without releasing the parent's lock; the parent's manager and
  * guard keep working.
  *
@@ -13,29 +13,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "redis_lock.h"
+#include "redis_rlock.h"
 
 #define FAIL(...)                                                                        \
     do {                                                                                 \
         fprintf(stderr, "line %d: ", __LINE__);                                          \
         fprintf(stderr, __VA_ARGS__);                                                    \
-        fprintf(stderr, " (last error: %s)\n", redis_lock_last_error());                 \
+        fprintf(stderr, " (last error: %s)\n", redis_rlock_last_error());                 \
         exit(1);                                                                         \
     } while (0)
 
 /* The child's checks; its exit code says which failed (0: none). */
-static int child(redis_lock_manager *m, redis_lock_guard *held) {
-    redis_lock_guard *g = NULL;
-    if (redis_lock_try_lock(m, "c:fork:other", 0, &g) != REDIS_LOCK_INVALID_ARGUMENT || g != NULL)
+static int child(redis_rlock_manager *m, redis_rlock_guard *held) {
+    redis_rlock_guard *g = NULL;
+    if (redis_rlock_try_lock(m, "c:fork:other", 0, &g) != REDIS_RLOCK_INVALID_ARGUMENT || g != NULL)
         return 10;
-    if (strstr(redis_lock_last_error(), "create the manager in the child") == NULL)
+    if (strstr(redis_rlock_last_error(), "create the manager in the child") == NULL)
         return 11;
     bool locked = false;
-    if (redis_lock_is_locked(m, "c:fork:held", &locked) != REDIS_LOCK_INVALID_ARGUMENT)
+    if (redis_rlock_is_locked(m, "c:fork:held", &locked) != REDIS_RLOCK_INVALID_ARGUMENT)
         return 12;
     /* The parent's guard: freeing it here must not release the parent's hold. */
-    redis_lock_guard_free(held);
-    redis_lock_manager_free(m);
+    redis_rlock_guard_free(held);
+    redis_rlock_manager_free(m);
     return 0;
 }
 
@@ -45,11 +45,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     alarm(60);
-    redis_lock_manager *m = NULL;
-    if (redis_lock_manager_new(argv[1], &m) != REDIS_LOCK_OK)
+    redis_rlock_manager *m = NULL;
+    if (redis_rlock_manager_new(argv[1], &m) != REDIS_RLOCK_OK)
         FAIL("manager");
-    redis_lock_guard *held = NULL;
-    if (redis_lock_lock(m, "c:fork:held", &held) != REDIS_LOCK_OK)
+    redis_rlock_guard *held = NULL;
+    if (redis_rlock_lock(m, "c:fork:held", &held) != REDIS_RLOCK_OK)
         FAIL("lock");
 
     fflush(NULL);
@@ -69,16 +69,16 @@ int main(int argc, char **argv) {
 
     /* Still held, by this process, and the manager still works here. */
     bool locked = false;
-    if (redis_lock_is_locked(m, "c:fork:held", &locked) != REDIS_LOCK_OK || !locked)
+    if (redis_rlock_is_locked(m, "c:fork:held", &locked) != REDIS_RLOCK_OK || !locked)
         FAIL("the parent's lock is still held");
-    if (redis_lock_unlock(held) != REDIS_LOCK_OK)
+    if (redis_rlock_unlock(held) != REDIS_RLOCK_OK)
         FAIL("unlock in the parent");
-    redis_lock_guard *g = NULL;
-    if (redis_lock_try_lock(m, "c:fork:other", 0, &g) != REDIS_LOCK_OK)
+    redis_rlock_guard *g = NULL;
+    if (redis_rlock_try_lock(m, "c:fork:other", 0, &g) != REDIS_RLOCK_OK)
         FAIL("the parent's manager keeps working");
-    if (redis_lock_unlock(g) != REDIS_LOCK_OK)
+    if (redis_rlock_unlock(g) != REDIS_RLOCK_OK)
         FAIL("unlock");
-    redis_lock_manager_free(m);
+    redis_rlock_manager_free(m);
     printf("fork_child: the child was refused and freed cleanly, the parent kept its lock\n");
     return 0;
 }

@@ -36,7 +36,7 @@ impl Progress {
         let (stop, stopped) = crossbeam_channel::bounded(1);
         let (url, name) = (url.to_owned(), name.to_owned());
         let thread = std::thread::Builder::new()
-            .name("redis-lock-progress".into())
+            .name("redis-rlock-progress".into())
             .spawn(move || show_until(&url, &name, &stopped))
             // Without a thread there is no line; the wait itself is not affected.
             .ok()?;
@@ -61,7 +61,10 @@ fn show_until(url: &str, name: &str, stopped: &Receiver<()>) {
             continue;
         }
         let state = look(url, name, &mut conn);
-        let line = format!("redis-lock: waiting for {name:?} {}; {state}", show(waited));
+        let line = format!(
+            "redis-rlock: waiting for {name:?} {}; {state}",
+            show(waited)
+        );
         let mut stderr = std::io::stderr().lock();
         let _ = write!(stderr, "{CLEAR}{}", fit(&line));
         let _ = stderr.flush();

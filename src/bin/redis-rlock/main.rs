@@ -1,23 +1,23 @@
-//! `redis-lock`: a distributed flock(1). Runs a command while holding a Redisson-compatible
+//! `redis-rlock`: a distributed flock(1). Runs a command while holding a Redisson-compatible
 //! lock in Redis, shows who holds a lock, and deletes a stuck one.
 //!
 //! Built with the `cli` feature: `cargo install --path . --features cli`.
 #![forbid(unsafe_code)]
 
 #[cfg(not(target_os = "linux"))]
-compile_error!("the redis-lock command needs Linux (it signals its child through rustix)");
+compile_error!("the redis-rlock command needs Linux (it signals its child through rustix)");
 
-/// Writes a line to stderr, prefixed `redis-lock: `. Unlike `eprintln!`, a stderr that cannot
-/// be written (a terminal that hung up, a closed pipe) is no panic: redis-lock must still wait
+/// Writes a line to stderr, prefixed `redis-rlock: `. Unlike `eprintln!`, a stderr that cannot
+/// be written (a terminal that hung up, a closed pipe) is no panic: redis-rlock must still wait
 /// for its command and release the lock.
 macro_rules! note {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "redis-lock: {}", format_args!($($arg)*));
+        let _ = writeln!(std::io::stderr(), "redis-rlock: {}", format_args!($($arg)*));
     }};
 }
 
-/// `println!` that ignores a closed stdout (`redis-lock status x | head -0`) instead of
+/// `println!` that ignores a closed stdout (`redis-rlock status x | head -0`) instead of
 /// panicking.
 macro_rules! say {
     ($($arg:tt)*) => {{
@@ -56,33 +56,33 @@ Exit codes:
   75   run: not acquired within --wait (change with --conflict-exit-code)
   126  run: the command cannot be executed
   127  run: the command was not found
-  128+N  run: redis-lock got signal N while waiting; the command was not run
+  128+N  run: redis-rlock got signal N while waiting; the command was not run
 
 Examples:
   # cron: skip tonight's report if yesterday's still runs (on any machine)
-  redis-lock run nightly-report --wait 0 -- ./report.sh
+  redis-rlock run nightly-report --wait 0 -- ./report.sh
 
   # deploys one at a time; wait up to 10 minutes for the one before
-  redis-lock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2
+  redis-rlock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2
 
   # one job of the CI fleet at a time touches the shared staging database
-  REDIS_URL=redis://ci-redis:6379/ redis-lock run staging-db -- make migrate test
+  REDIS_URL=redis://ci-redis:6379/ redis-rlock run staging-db -- make migrate test
 
   # who has it?
-  redis-lock status deploy:prod
+  redis-rlock status deploy:prod
 
   # a lock whose holder is known to be gone for good
-  redis-lock unlock --force deploy:prod";
+  redis-rlock unlock --force deploy:prod";
 
 const RUN_AFTER_HELP: &str = "\
 Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
 
 The lock is Redisson's: a hash at key NAME whose TTL the watchdog renews every third of
---watchdog while the command runs. If redis-lock dies (SIGKILL, a crash, the machine), the lock
-expires within --watchdog. SIGINT, SIGTERM and SIGHUP sent to redis-lock are passed to the
-command (those from the terminal reach it directly); redis-lock then waits for it, releases
-the lock and exits as the command did. The command's environment has REDIS_LOCK_NAME, and
-with --fenced REDIS_LOCK_FENCING_TOKEN: a number that grows with every fenced acquisition of
+--watchdog while the command runs. If redis-rlock dies (SIGKILL, a crash, the machine), the lock
+expires within --watchdog. SIGINT, SIGTERM and SIGHUP sent to redis-rlock are passed to the
+command (those from the terminal reach it directly); redis-rlock then waits for it, releases
+the lock and exits as the command did. The command's environment has REDIS_RLOCK_NAME, and
+with --fenced REDIS_RLOCK_FENCING_TOKEN: a number that grows with every fenced acquisition of
 NAME, for the resource to refuse writes from an older holder.
 
 Exit codes: the command's own (128+N if signal N ended it); 64 bad arguments; 65 the key is
@@ -91,16 +91,16 @@ not a lock; 69 Redis unreachable; 70 the lock was lost while the command ran (un
 cannot be executed / was not found; 128+N signal N while waiting, the command not run.
 
 Examples:
-  redis-lock run nightly-report --wait 0 -- ./report.sh        # cron: skip if running
-  redis-lock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2   # deploys one at a time
-  redis-lock run staging-db -- make migrate test                # one CI job at a time";
+  redis-rlock run nightly-report --wait 0 -- ./report.sh        # cron: skip if running
+  redis-rlock run deploy:prod --wait 10m -- ./deploy.sh v1.4.2   # deploys one at a time
+  redis-rlock run staging-db -- make migrate test                # one CI job at a time";
 
 /// A distributed flock(1): run a command while holding a lock in Redis.
 ///
 /// Locks are stored as Redisson's RLock stores them, so Java services using Redisson and
-/// programs using the redis-lock crate share them with this command.
+/// programs using the redis-rlock crate share them with this command.
 #[derive(Parser)]
-#[command(name = "redis-lock", version, after_help = AFTER_HELP)]
+#[command(name = "redis-rlock", version, after_help = AFTER_HELP)]
 struct Cli {
     /// The Redis server: redis://[user:password@]host[:port][/db], rediss:// for TLS, or
     /// redis+unix:///path/to/socket.
@@ -123,7 +123,7 @@ enum Cmd {
     /// Acquire the lock, run COMMAND while holding it, release it when COMMAND exits.
     #[command(
         after_help = RUN_AFTER_HELP,
-        override_usage = "redis-lock run [OPTIONS] <NAME> -- <COMMAND>..."
+        override_usage = "redis-rlock run [OPTIONS] <NAME> -- <COMMAND>..."
     )]
     Run(RunArgs),
     /// Show whether a lock is held, by whom (owner fields with hold counts), and its TTL.
@@ -155,7 +155,7 @@ struct RunArgs {
     lease: Option<Duration>,
 
     /// The watchdog's lease, renewed every third of it while the command runs: how long the
-    /// lock outlives a redis-lock that was killed outright.
+    /// lock outlives a redis-rlock that was killed outright.
     #[arg(
         long,
         value_name = "DURATION",
@@ -165,7 +165,7 @@ struct RunArgs {
     )]
     watchdog: Duration,
 
-    /// Take a fencing token and pass it to the command as REDIS_LOCK_FENCING_TOKEN.
+    /// Take a fencing token and pass it to the command as REDIS_RLOCK_FENCING_TOKEN.
     #[arg(long)]
     fenced: bool,
 
@@ -216,7 +216,7 @@ struct UnlockArgs {
     /// The lock's name (its Redis key).
     name: String,
     /// Required: delete the lock whoever holds it. Its holder is not asked; it finds out at
-    /// its next renewal, and redis-lock run stops its command then.
+    /// its next renewal, and redis-rlock run stops its command then.
     #[arg(long)]
     force: bool,
     /// Do not ask for confirmation (needed when stdin is not a terminal).

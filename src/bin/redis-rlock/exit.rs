@@ -39,8 +39,8 @@ impl Failure {
 
     /// A failure of the library, classified by what a script can do about it. `url` is named
     /// (without its password) when the connection failed, since that is what to check.
-    pub fn from_lock_error(err: redis_lock::Error, url: &str) -> Self {
-        if let redis_lock::Error::InvalidUrl { source } = &err {
+    pub fn from_lock_error(err: redis_rlock::Error, url: &str) -> Self {
+        if let redis_rlock::Error::InvalidUrl { source } = &err {
             if err.to_string().contains("expected ")
                 || matches!(source.kind(), redis::ErrorKind::Server(_))
             {
@@ -61,7 +61,7 @@ impl Failure {
             Failure::new(DATA, err.to_string())
         } else if err.is_connection_error() || err.is_timeout() {
             Failure::new(UNAVAILABLE, format!("{err} (at {})", redact(url)))
-        } else if let redis_lock::Error::ThreadSpawn { .. } = err {
+        } else if let redis_rlock::Error::ThreadSpawn { .. } = err {
             Failure::new(OS, err.to_string())
         } else {
             // Any other error from Redis (a refused script, a read-only replica, ...): the

@@ -1,4 +1,4 @@
-//! `redis-lock run NAME -- COMMAND...`: acquire, run the command as a child while the lock is
+//! `redis-rlock run NAME -- COMMAND...`: acquire, run the command as a child while the lock is
 //! held, release when it exits, and exit as it did.
 
 use std::ffi::OsString;
@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis_lock::{AcquireOptions, Lease, LockGuard, LockManager};
+use redis_rlock::{AcquireOptions, Lease, LockGuard, LockManager};
 use rustix::process::{kill_process, Pid, Signal};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -48,7 +48,7 @@ const CHILD_CHECK: Duration = Duration::from_secs(1);
 
 pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
     // The handlers go in first: from here on SIGINT, SIGTERM and SIGHUP no longer end
-    // redis-lock on the spot, so it always gets to signal its child, wait for it and release
+    // redis-rlock on the spot, so it always gets to signal its child, wait for it and release
     // the lock. SIGCHLD tells it the child exited without polling.
     let signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])
         .map_err(|err| Failure::new(exit::OS, format!("cannot handle signals: {err}")))?;
@@ -76,7 +76,7 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
     let (acquired_tx, acquired) = crossbeam_channel::bounded(1);
     let acquiring = lock.clone();
     std::thread::Builder::new()
-        .name("redis-lock-acquire".into())
+        .name("redis-rlock-acquire".into())
         .spawn(move || {
             let _ = acquired_tx.send(acquiring.acquire(options));
         })
@@ -139,9 +139,9 @@ fn run_holding(
         .split_first()
         .expect("clap requires a command");
     let mut command = Command::new(program);
-    command.args(args).env("REDIS_LOCK_NAME", &settings.name);
+    command.args(args).env("REDIS_RLOCK_NAME", &settings.name);
     if let Some(token) = guard.fencing_token() {
-        command.env("REDIS_LOCK_FENCING_TOKEN", token.to_string());
+        command.env("REDIS_RLOCK_FENCING_TOKEN", token.to_string());
     }
     let lost = guard.lost_signal();
     let child = match command.spawn() {
@@ -274,10 +274,10 @@ fn on_lost(settings: &RunSettings, pid: Pid) -> Option<Instant> {
     }
 }
 
-/// Whether to forward a signal: one sent by a process (`kill`) is meant for redis-lock alone
+/// Whether to forward a signal: one sent by a process (`kill`) is meant for redis-rlock alone
 /// and is passed on; one the kernel sent (Ctrl-C, a terminal hangup) went to the whole
 /// foreground process group, the child included, and is not sent to it a second time. A
-/// process's signal to the whole group looks the same as one to redis-lock alone, so the child
+/// process's signal to the whole group looks the same as one to redis-rlock alone, so the child
 /// gets that one twice (docs/CLI.md says so, and how to avoid it).
 fn sent_by_a_process(origin: &Origin) -> bool {
     origin.cause != Cause::Kernel
@@ -322,7 +322,7 @@ fn describe_holder(url: &str, name: &str) -> String {
 fn forward_to_channel(mut signals: SignalsInfo<WithOrigin>) -> Result<Receiver<Origin>, Failure> {
     let (tx, rx) = crossbeam_channel::unbounded();
     std::thread::Builder::new()
-        .name("redis-lock-signals".into())
+        .name("redis-rlock-signals".into())
         .spawn(move || {
             for origin in signals.forever() {
                 if tx.send(origin).is_err() {

@@ -1,9 +1,9 @@
-//! `redis-lock status`: who holds a lock, how many times, and for how long yet; and the
+//! `redis-rlock status`: who holds a lock, how many times, and for how long yet; and the
 //! snapshot of a lock that the progress line and the unlock prompt show.
 
 use std::time::Duration;
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
 use crate::duration::show;
 use crate::exit::Failure;
@@ -101,7 +101,7 @@ pub fn connect(url: &str, name: &str) -> Result<redis::Connection, Failure> {
         .map_err(|err| Failure::from_redis_error(err, name, url))
 }
 
-/// `redis-lock status NAME [--json]`. Exit 0 whether the lock is held or free: the answer is
+/// `redis-rlock status NAME [--json]`. Exit 0 whether the lock is held or free: the answer is
 /// in the output.
 pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
     let fail = |err| Failure::from_lock_error(err, url);

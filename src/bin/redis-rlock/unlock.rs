@@ -1,8 +1,8 @@
-//! `redis-lock unlock --force NAME`: deletes a lock whoever holds it (`Lock::force_unlock`).
+//! `redis-rlock unlock --force NAME`: deletes a lock whoever holds it (`Lock::force_unlock`).
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use redis_lock::LockManager;
+use redis_rlock::LockManager;
 
 use crate::exit::{self, Failure};
 use crate::status::{self, Snapshot};
@@ -18,7 +18,7 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
             exit::USAGE,
             format!(
                 "unlock deletes {name:?} whoever holds it; say so with --force \
-                 (redis-lock unlock --force {name})"
+                 (redis-rlock unlock --force {name})"
             ),
         ));
     }
