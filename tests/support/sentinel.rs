@@ -1,5 +1,5 @@
-//! A real Sentinel deployment for tests: one master and two replicas of Debian's
-//! `redis-server`, watched by three sentinels (`redis-server sentinel.conf --sentinel`, a
+//! A real Sentinel deployment for tests: one master and two replicas (or one, as small
+//! deployments run) of Debian's `redis-server`, watched by three sentinels (`redis-server sentinel.conf --sentinel`, a
 //! fresh writable configuration each, quorum 2, down-after 1000 ms). Killed with the value.
 
 use std::collections::HashMap;
@@ -67,9 +67,15 @@ impl RedisSentinel {
     /// Starts the master, two replicas in sync with it, and three sentinels that know all
     /// three.
     pub fn start() -> Self {
+        Self::with_replicas(2)
+    }
+
+    /// Starts the master, `count` replicas in sync with it, and three sentinels that know
+    /// them all.
+    pub fn with_replicas(count: usize) -> Self {
         let master = RedisServer::start();
         let master_port = master.port().to_string();
-        let replicas: Vec<RedisServer> = (0..2)
+        let replicas: Vec<RedisServer> = (0..count)
             .map(|_| RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]))
             .collect();
         for replica in &replicas {
@@ -78,8 +84,8 @@ impl RedisSentinel {
                 replication_says(port, "master_link_status:up")
             });
         }
-        wait_for("listed both replicas as online", || {
-            conn(master.port()).is_some_and(|mut c| super::role_lists_replicas(&mut c) == 2)
+        wait_for("listed every replica as online", || {
+            conn(master.port()).is_some_and(|mut c| super::role_lists_replicas(&mut c) == count)
         });
         let dir = tempfile::Builder::new()
             .prefix("redis-rlock-sentinel-")
@@ -122,7 +128,7 @@ impl RedisSentinel {
             _dir: dir,
         };
         for &(_, port) in &deployment.sentinels {
-            wait_for("knew the master and both replicas", || {
+            wait_for("knew the master and every replica", || {
                 let Some(mut c) = conn(port) else {
                     return false;
                 };
@@ -131,7 +137,7 @@ impl RedisSentinel {
                     redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
                 )
                 .unwrap_or_default();
-                master_of(port).is_some() && replicas.len() == 2
+                master_of(port).is_some() && replicas.len() == count
             });
         }
         deployment
