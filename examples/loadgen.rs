@@ -1366,7 +1366,7 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
         ),
         row(
             "W3 handoff",
-            "same p50, against PYTHON_REDIS_RLOCK_KEEP's BLPOP handoff raw",
+            "same p50, against python-redis-lock's BLPOP handoff raw",
             micros(handoff.p50),
         )
         .against(
@@ -1776,7 +1776,7 @@ fn time_raw_handoffs(
 enum RawAcquire {
     /// This crate's acquire script (Redisson's hash and the attempt marker).
     Script,
-    /// `SET NX PX`, as PYTHON_REDIS_RLOCK_KEEP's waiter: what the script costs beyond it.
+    /// `SET NX PX`, as python-redis-lock's waiter: what the script costs beyond it.
     SetNx,
 }
 
@@ -1868,7 +1868,7 @@ fn raw_own_subscription_handoff(url: &str, n: usize, acquire_with: RawAcquire) -
     samples
 }
 
-/// The release of PYTHON_REDIS_RLOCK_KEEP's handoff (ionelmc's library), written here from its
+/// The release of python-redis-lock's handoff (ionelmc's library), written here from its
 /// documented algorithm: if the caller still owns the lock, empty the signal list, push one
 /// token onto it (so that exactly one `BLPOP` waiter wakes), let the list expire, and delete
 /// the lock. KEYS: the lock, the signal list; ARGV: the owner's token, the list's expiry in ms.
@@ -1883,7 +1883,7 @@ redis.call("del", KEYS[1])
 return 1
 "#;
 
-/// PYTHON_REDIS_RLOCK_KEEP's handoff done raw, for comparison with pub/sub: the waiter retries
+/// python-redis-lock's handoff done raw, for comparison with pub/sub: the waiter retries
 /// `SET NX PX` and, while that fails, blocks in `BLPOP lock-signal:<name>` on its own
 /// connection; the release pushes a token there. Measured as in [`raw_pubsub_handoff`]: from
 /// the release returning to the waiter's successful `SET NX` returning. A waiter needs no
@@ -1914,7 +1914,7 @@ fn blpop_handoff(url: &str, n: usize) -> Vec<Duration> {
                 if set.is_some() {
                     break;
                 }
-                // PYTHON_REDIS_RLOCK_KEEP blocks for the lock's expiry; 5 s is longer than any
+                // python-redis-lock blocks for the lock's expiry; 5 s is longer than any
                 // handoff here and bounds a lost signal.
                 let _: Option<(String, String)> = conn.blpop(signal, 5.0).expect("BLPOP");
             }
