@@ -19,8 +19,9 @@ pub(crate) struct Pool {
     client: Client,
     /// `host:port` of the server: which master this is, in a topology (`crate::topology`).
     addr: Box<str>,
-    /// How many replicas the server had when last asked: acquires and releases wait for one
-    /// of them to acknowledge (`LockManagerBuilder::replica_sync`) only when there are some.
+    /// How many replicas acquires and releases wait for (`LockManagerBuilder::replica_sync`):
+    /// as many as the server had when last asked, unless it had fewer than before and that
+    /// was not confirmed (see `count_replicas`).
     replicas: AtomicUsize,
     /// When the replicas were last counted; `None` until they are (a pool made for a node
     /// that a redirection named), so that the first acquire there counts them.
@@ -167,9 +168,26 @@ impl Pool {
         self.replicas.load(Ordering::Relaxed)
     }
 
+    /// Takes `replicas` as the count to wait for, lower or not: the first count, or a lower
+    /// one that nothing contradicts (see [`count_replicas`](Self::count_replicas)).
     pub(crate) fn set_replicas(&self, replicas: usize) {
         self.replicas.store(replicas, Ordering::Relaxed);
         *self.replicas_counted.lock() = Some(Instant::now());
+    }
+
+    /// Records a count of the server's replicas: taken when it is the first or a higher one;
+    /// a lower one is only returned as `true`, for the caller to confirm. A master's replicas
+    /// drop in number when one fails, and also when one is being promoted in its place:
+    /// what the old master then writes reaches only replicas that will follow the new one and
+    /// drop it (docs/DESIGN.md, "Replica sync through a failover").
+    pub(crate) fn count_replicas(&self, replicas: usize) -> bool {
+        let mut counted = self.replicas_counted.lock();
+        let lower = counted.is_some() && replicas < self.replicas();
+        if !lower {
+            self.replicas.store(replicas, Ordering::Relaxed);
+        }
+        *counted = Some(Instant::now());
+        lower
     }
 
     /// Whether the replicas were counted longer than `age` ago (replicas come and go), or

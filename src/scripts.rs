@@ -160,6 +160,27 @@ end
     };
 }
 
+/// Lua: `fresh_hold(lock, owner, waiters)` counts one more hold of `owner`, or, when the
+/// caller named the waiters hash (`waiters` is not nil: only an owner that holds nothing of
+/// the lock as far as it knows names it), makes it the owner's only hold. A count found then
+/// is one the owner no longer has: a release that a failover lost (the new master got the
+/// acquire from its replica but not the release), or an acquire whose reply was lost.
+/// Counted on, it would keep the lock held after the owner's last unlock, for as long as the
+/// owner kept coming back (each acquire renews its TTL), and everyone else out.
+macro_rules! fresh_hold_fn {
+    () => {
+        r#"
+local function fresh_hold(lock, owner, waiters)
+    if waiters then
+        redis.call('hset', lock, owner, 1)
+    else
+        redis.call('hincrby', lock, owner, 1)
+    end
+end
+"#
+    };
+}
+
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]` the lock's waiters
 /// hash (`redis_rlock__waiters:{name}`), named only by an owner that holds nothing of the lock
 /// as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
@@ -183,6 +204,7 @@ pub const ACQUIRE: &str = attempt_script!(
         not_a_lock_fn!(),
         server_ms_fn!(),
         waiters_tidy_fn!(),
+        fresh_hold_fn!(),
         r#"
 local wait = ARGV[5] or ''
 local mine = KEYS[3] and redis.call('hget', KEYS[3], ARGV[2])
@@ -198,7 +220,7 @@ if mine and string.sub(mine, 1, 2) == 'g ' and redis.call('hexists', KEYS[1], AR
     return nil
 end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    fresh_hold(KEYS[1], ARGV[2], KEYS[3])
     redis.call('pexpire', KEYS[1], ARGV[1])
     if mine then
         -- A wait that ends here, or the marker of a grant taken earlier.
@@ -293,6 +315,7 @@ pub const FENCED_ACQUIRE: &str = attempt_script!(
     concat!(
         not_a_lock_fn!(),
         waiters_tidy_fn!(),
+        fresh_hold_fn!(),
         r#"
 local kind = redis.call('type', KEYS[2])['ok']
 if kind ~= 'none' then
@@ -328,7 +351,7 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
         redis.call('hdel', KEYS[4], ARGV[2])
         waiters_tidy(KEYS[4])
     else
-        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        fresh_hold(KEYS[1], ARGV[2], KEYS[4])
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
     local token = redis.call('get', KEYS[2])

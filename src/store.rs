@@ -896,7 +896,7 @@ impl LockStore {
 
     /// After an acquire or release with replica sync on: counts the master's replicas again
     /// when the count is old (replicas added since must be waited for too), then, when the
-    /// script `wrote` and there are replicas, waits for one of them.
+    /// script `wrote` and there are replicas, waits for them.
     fn sync_replicas(
         &self,
         pool: &Pool,
@@ -910,7 +910,12 @@ impl LockStore {
             match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
             {
                 Ok(role) => {
-                    pool.set_replicas(crate::topology::replicas_of_role(&role).unwrap_or(0))
+                    let counted = crate::topology::replicas_of_role(&role).unwrap_or(0);
+                    if pool.count_replicas(counted)
+                        && !self.topology.failover_suspected(pool.addr())
+                    {
+                        pool.set_replicas(counted);
+                    }
                 }
                 Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
                 // Not allowed (an ACL without ROLE): the count stays as it was.
@@ -923,8 +928,8 @@ impl LockStore {
         Ok(())
     }
 
-    /// `WAIT <replicas> <timeout>` on the connection that just wrote: fails when no replica
-    /// acknowledged although some are connected (Redisson's `checkLockSyncedSlaves`).
+    /// `WAIT <replicas> <timeout>` on the connection that just wrote, then
+    /// [`judge_acknowledgements`](Self::judge_acknowledgements).
     fn wait_for_replicas(
         &self,
         pool: &Pool,
@@ -934,7 +939,7 @@ impl LockStore {
     ) -> std::result::Result<(), Failed> {
         let replicas = pool.replicas();
         let read_timeout = timeout + self.response_timeout;
-        let waited = (|| -> RedisResult<usize> {
+        let waited = (|| -> RedisResult<bool> {
             conn.set_read_timeout(Some(read_timeout))?;
             self.counters.sent(1);
             let wait = |ms: u64| {
@@ -955,34 +960,50 @@ impl LockStore {
                 }
                 acked => acked?,
             };
-            if acked > 0 {
-                return Ok(acked);
+            if acked >= replicas {
+                return Ok(true);
             }
-            // Perhaps the replicas are gone, not slow: then there is nobody to wait for.
             self.counters.sent(1);
             let connected = connected_replicas(conn)?;
-            pool.set_replicas(connected);
-            if connected == 0 && self.topology.follows_failovers() {
-                // A master whose replicas all left may have been replaced by one of them
-                // (a failover still under way): the next command goes where the deployment
-                // says the master is.
-                // Only if nobody is asking already: this acquire or release has waited for
-                // its replicas long enough.
-                self.topology
-                    .refresh_unless_under_way(self.topology.map().generation);
-            }
-            Ok(if connected == 0 { usize::MAX } else { 0 })
+            Ok(self.judge_acknowledgements(pool, acked, connected))
         })();
         let restored = conn.set_read_timeout(Some(self.response_timeout));
         match (waited, restored) {
-            (Ok(0), Ok(())) => Err(Failed::Other(Error::NotReplicated {
+            (Ok(true), Ok(())) => Ok(()),
+            (Ok(false), Ok(())) => Err(Failed::Other(Error::NotReplicated {
                 operation,
                 replicas,
                 timeout,
             })),
-            (Ok(_), Ok(())) => Ok(()),
             (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
         }
+    }
+
+    /// Whether a write that `acked` of the master's replicas acknowledged, fewer than it
+    /// had, is safe, with `connected` replicas connected to it now (docs/DESIGN.md,
+    /// "Replica sync through a failover"). A replica being promoted leaves the old master
+    /// first, and the others follow the new master soon after, dropping what the old one
+    /// wrote meanwhile: so on Sentinel, a shortfall counts only when the sentinels say that
+    /// no failover of this master is under way. A master left with no replica acknowledging
+    /// is trusted only on a single server, where nobody promotes a replica.
+    fn judge_acknowledgements(&self, pool: &Pool, acked: usize, connected: usize) -> bool {
+        let follows = self.topology.follows_failovers();
+        let safe = if acked == 0 {
+            !follows && connected == 0
+        } else {
+            !self.topology.failover_suspected(pool.addr())
+        };
+        if safe {
+            // The missing replicas failed: later writes wait for those left.
+            pool.set_replicas(connected.max(acked));
+        } else if follows {
+            // The master may have been replaced (a failover under way): the next command
+            // goes where the deployment says the master is. Only if nobody is asking
+            // already: this call has waited long enough.
+            self.topology
+                .refresh_unless_under_way(self.topology.map().generation);
+        }
+        safe
     }
 
     /// Runs `op` on `conn` with its replies due by `deadline`.

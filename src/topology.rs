@@ -474,7 +474,8 @@ impl Topology {
             } => {
                 let (host, port, replicas) = self.ask_sentinels(sentinels, master_name)?;
                 let pool = reuse(self.nodes.at(&host, port))?;
-                pool.set_replicas(replicas);
+                // A lower count is kept for the replica sync to confirm (see `count_replicas`).
+                pool.count_replicas(replicas);
                 Ok(Map {
                     generation,
                     masters: vec![pool],
@@ -581,7 +582,7 @@ impl Topology {
             // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
             // the master's own `ROLE` lists those that a WAIT counts.
             let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
-            pool.set_replicas(self.replicas_by_role(pool).unwrap_or(listed));
+            pool.count_replicas(self.replicas_by_role(pool).unwrap_or(listed));
         }
         Ok(Map {
             generation,
@@ -671,6 +672,39 @@ impl Topology {
         Err(last_error.unwrap_or_else(|| Error::invalid("sentinel URLs", "none")))
     }
 
+    /// Whether the master at `addr` may be being replaced, so that fewer of its replicas
+    /// than before acknowledging a write does not mean that they failed: on Sentinel, unless
+    /// a sentinel still names it as the master, neither down nor with a failover under way
+    /// (a sentinel marks the failover before it promotes a replica, so a replica already
+    /// gone from the old master is covered). `false` elsewhere: a cluster's manual failover
+    /// pauses the old master's writes until its replica has them, and a single server has
+    /// nobody to promote replicas.
+    pub(crate) fn failover_suspected(&self, addr: &str) -> bool {
+        let Discovery::Sentinel {
+            sentinels,
+            master_name,
+        } = &self.discovery
+        else {
+            return false;
+        };
+        for sentinel in sentinels {
+            let asked = self.probe_sentinel(sentinel).and_then(|mut conn| {
+                let mut cmd = redis::cmd("SENTINEL");
+                cmd.arg("MASTER").arg(master_name);
+                pool::query_again_if_interrupted::<HashMap<String, String>>(&mut conn, &cmd)
+                    .map_err(|source| Error::Redis {
+                        operation: "asking a sentinel about the master",
+                        source,
+                    })
+            });
+            match asked {
+                Ok(master) => return !sentinel_says_settled(&master, addr),
+                Err(err) => log::debug!("sentinel {}: {err}", sentinel.addr()),
+            }
+        }
+        true
+    }
+
     /// A connection to a sentinel. The URL's credentials are the master's; sentinels often
     /// have none of their own (Redis then refuses any AUTH), so when they refuse the
     /// credentials, the sentinel is asked without them. A sentinel that needs other
@@ -715,6 +749,23 @@ impl Topology {
 /// Whether connecting failed because the server refused the credentials: AUTH refused (redis-rs
 /// reports RESP2's as `AuthenticationFailed`) or `HELLO ... AUTH` refused (RESP3: WRONGPASS, or
 /// an error about AUTH or a password).
+/// Whether a sentinel's `SENTINEL MASTER` reply names `addr` as the master, neither down
+/// nor being failed over.
+fn sentinel_says_settled(master: &HashMap<String, String>, addr: &str) -> bool {
+    let named = match (master.get("ip"), master.get("port")) {
+        (Some(ip), Some(port)) => format!("{ip}:{port}"),
+        _ => return false,
+    };
+    let flags = master.get("flags").map_or("", String::as_str);
+    named == addr
+        && flags.split(',').all(|flag| {
+            !matches!(
+                flag,
+                "s_down" | "o_down" | "failover_in_progress" | "force_failover"
+            )
+        })
+}
+
 fn is_refused_auth(err: &redis::RedisError) -> bool {
     if err.kind() == redis::ErrorKind::AuthenticationFailed || err.code() == Some("WRONGPASS") {
         return true;
@@ -816,6 +867,31 @@ fn supports_sharded_pubsub(map: &Map) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_vouches_only_for_its_master_with_no_failover_under_way() {
+        let master = |ip: &str, flags: &str| -> HashMap<String, String> {
+            [("ip", ip), ("port", "6379"), ("flags", flags)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        };
+        let here = "10.0.0.1:6379";
+        assert!(sentinel_says_settled(&master("10.0.0.1", "master"), here));
+        assert!(!sentinel_says_settled(&master("10.0.0.2", "master"), here));
+        for flags in [
+            "master,failover_in_progress",
+            "master,s_down",
+            "master,s_down,o_down",
+            "master,force_failover,failover_in_progress",
+        ] {
+            assert!(
+                !sentinel_says_settled(&master("10.0.0.1", flags), here),
+                "{flags}"
+            );
+        }
+        assert!(!sentinel_says_settled(&HashMap::new(), here));
+    }
 
     #[test]
     fn addresses_split_into_host_and_port() {
