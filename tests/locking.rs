@@ -353,3 +353,40 @@ fn renewals_of_many_locks_are_batched() -> Result<()> {
     assert!(guards.iter().all(|g| !g.is_lost()));
     Ok(())
 }
+
+/// A failover can bring back a hold whose release it lost: the new master got the acquire from
+/// its replica, not the release. The owner, holding nothing as far as it knows, takes the lock
+/// with one hold, not a second one on top of the lost one; its unlock then frees it.
+#[test]
+fn a_hold_the_owner_no_longer_has_is_not_counted_on() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = manager(&server);
+    let mut conn = server.conn();
+    let lock = manager.get_lock("brought-back");
+    for fenced in [false, true] {
+        let guard = lock.lock()?;
+        let fields: Vec<(String, String)> = conn.hgetall("brought-back").unwrap();
+        guard.unlock()?;
+        // The release lost: the owner's hold is there again.
+        let _: () = conn.hset("brought-back", &fields[0].0, 1).unwrap();
+        let _: () = conn.pexpire("brought-back", 30_000).unwrap();
+
+        let guard = if fenced {
+            lock.lock_fenced()?
+        } else {
+            lock.lock()?
+        };
+        assert_eq!(lock.hold_count()?, 1, "fenced: {fenced}");
+        // A re-entry still counts.
+        let again = lock.lock()?;
+        assert_eq!(lock.hold_count()?, 2, "fenced: {fenced}");
+        again.unlock()?;
+        guard.unlock()?;
+        let left: bool = conn.exists("brought-back").unwrap();
+        assert!(
+            !left,
+            "the lock stayed held after the last unlock (fenced: {fenced})"
+        );
+    }
+    Ok(())
+}
