@@ -136,11 +136,16 @@ impl Error {
         }
     }
 
-    /// Redis is away for a while: unreachable, or answering LOADING while it reads its data
-    /// back after a restart. A thread already waiting rides this out for the outage grace.
+    /// Redis is away for a while: unreachable, answering LOADING while it reads its data back
+    /// after a restart, or in a failover (a cluster without a master for the slot, a demoted
+    /// master, a master that lost its link). A thread already waiting rides this out for the
+    /// outage grace (`crate::outage`).
     pub(crate) fn is_outage(&self) -> bool {
         self.is_connection_error()
-            || matches!(self, Error::Redis { source, .. } if source.code() == Some("LOADING"))
+            || matches!(self, Error::Redis { source, .. } if matches!(
+                server_code(source).as_deref(),
+                Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
+            ))
     }
 
     /// No replica acknowledged an acquire in time; it was rolled back (see

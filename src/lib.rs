@@ -310,6 +310,7 @@ pub mod metrics;
 mod multi_lock;
 mod names;
 mod options;
+mod outage;
 mod owner;
 mod pool;
 mod read_write_lock;

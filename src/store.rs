@@ -712,10 +712,17 @@ impl LockStore {
         let (mut pool, mut generation) = self.topology.route_by(name, Some(deadline))?;
         let mut asking = false;
         let mut redirects = 0;
+        // What made the call look for the master again, last: when the time runs out while it
+        // looks, that (the failover) is what the caller is told, not a timeout of nothing.
+        let mut failover: Option<Failed> = None;
         loop {
             let failed =
                 match self.run_on(&pool, operation, commands, deadline, asking, (&op, wrote)) {
                     Ok(value) => return Ok(value),
+                    Err(Failed::Other(Error::Timeout { .. })) if failover.is_some() => {
+                        let failed = failover.expect("checked");
+                        return Err(failed.into_error(self, operation, name));
+                    }
                     Err(failed) => failed,
                 };
             let time_left = Instant::now() < deadline;
@@ -750,6 +757,7 @@ impl LockStore {
                     FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
                 );
                 self.topology.refresh_by(generation, deadline);
+                failover = Some(failed);
                 (pool, generation) = self.topology.route_by(name, Some(deadline))?;
                 // `run_on` sends nothing once the deadline has passed.
                 continue;
