@@ -75,9 +75,9 @@ fn queued_waiters_ride_out_a_killed_cluster_master() {
     assert!(support::eventually(Duration::from_secs(10), || {
         waiters.queued_thread_count() == 1
     }));
+    let killed = Instant::now();
     cluster.kill(master);
     drop(held); // its release fails (the master is gone); the lease runs out on the replica
-    let killed = Instant::now();
     cluster.wait_for_new_master_of_slot(RedisCluster::slot_of(&name), master);
     let promoted = killed.elapsed();
     let first = first.join().expect("first waiter");
@@ -107,14 +107,16 @@ fn a_sentinel_waiter_rides_out_a_failover_longer_than_its_timeouts() {
         .response_timeout(Duration::from_secs(1))
         .build()
         .expect("waiter");
-    let held = hold(&holder, "ride-sentinel", Duration::from_millis(1_500));
+    // Its lease ends during the failover (down-after 1 s, then the election), and leaves the
+    // setup below time to put the waiter in place before the kill on a busy machine.
+    let held = hold(&holder, "ride-sentinel", Duration::from_secs(2));
     let waiting = spawn_waiter(&waiter, "ride-sentinel");
     assert!(support::eventually(Duration::from_secs(10), || {
         waiter.waiting_channel_count() == 1
     }));
+    let killed = Instant::now();
     let old = sentinel.kill_master();
     drop(held);
-    let killed = Instant::now();
     sentinel.wait_for_failover(old);
     let promoted = killed.elapsed();
     let acquired = waiting
