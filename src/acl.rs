@@ -13,6 +13,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::names::{self, LockKeys};
+use crate::pool::Pool;
 use crate::store::LockStore;
 
 /// How to grant what the locks need, for the error message.
@@ -55,10 +56,36 @@ pub(crate) fn check_channel_rights(
         control_channel,
     ];
 
+    let channels: Vec<&str> = channels.iter().map(String::as_str).collect();
+    // Asked of the first master that answers: on a cluster one may be down (a failover under
+    // way as the manager starts), and the user's rights are the same on every node.
+    let masters = store.topology().map();
+    let mut unreachable = Vec::new();
+    for pool in masters.masters() {
+        match check_on(store, pool, &channels, response_timeout) {
+            Err(err) if store.topology().is_cluster() && is_unreachable(&err) => {
+                unreachable.push((pool.addr().to_owned(), err));
+            }
+            checked => return checked,
+        }
+    }
+    Err(Error::Nodes {
+        asked: "no master answered".into(),
+        tried: unreachable,
+    })
+}
+
+/// Both rights, at the master behind `pool`.
+fn check_on(
+    store: &LockStore,
+    pool: &Pool,
+    channels: &[&str],
+    response_timeout: Duration,
+) -> Result<()> {
     // The name is random, so nobody holds or waits for anything of that name, and the control
     // channel has no listener yet: no PUBLISH here disturbs anyone.
-    for channel in &channels {
-        match store.publish(channel, "0") {
+    for channel in channels {
+        match store.publish_at(pool.addr(), channel, "0", response_timeout) {
             Ok(()) => {}
             Err(Error::Redis { source, .. }) if is_noperm(&source) => {
                 return Err(refused("PUBLISH", channel, &source));
@@ -66,18 +93,21 @@ pub(crate) fn check_channel_rights(
             Err(err) => return Err(err),
         }
     }
-
-    let channels: Vec<&str> = channels.iter().map(String::as_str).collect();
-    match check_subscribe(store, &channels, response_timeout) {
+    match check_subscribe(pool, store, channels, response_timeout) {
         // The process was stopped and continued while the probe waited for a reply (EINTR,
         // see `pool::connect_by`): nothing is known about the rights yet, and the probe's
         // connection is thrown away either way, so it is made again, once.
         Err(Error::Redis { source, .. }) if crate::pool::is_interrupted(&source) => {
             log::debug!("checking the right to subscribe was interrupted ({source}); again");
-            check_subscribe(store, &channels, response_timeout)
+            check_subscribe(pool, store, channels, response_timeout)
         }
         checked => checked,
     }
+}
+
+/// A master that does not answer at all (refused, unreachable, silent).
+fn is_unreachable(err: &Error) -> bool {
+    err.is_connection_error() || err.is_timeout()
 }
 
 /// Checks that the user may SUBSCRIBE to each of `channels`, on a connection of its own that
@@ -86,11 +116,12 @@ pub(crate) fn check_channel_rights(
 ///
 /// The replies are read raw: redis-rs' `PubSub::subscribe` discards them, error replies too.
 pub(crate) fn check_subscribe(
+    pool: &Pool,
     store: &LockStore,
     channels: &[&str],
     response_timeout: Duration,
 ) -> Result<()> {
-    let mut conn = store.connect_listener("")?;
+    let mut conn = pool.connect_listener()?;
     let probe_error = |source: RedisError| Error::Redis {
         operation: "checking the right to subscribe",
         source,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::outage::Outage;
 
 /// How long a waiter sleeps at most between two looks when no message comes. Redisson does
 /// not poll at all; a second keeps the cost of a lost message bounded, and one request per
@@ -24,9 +25,9 @@ const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 ///
 /// The first attempt is made before subscribing (the common case needs no subscription); the
 /// second right after, which closes the race with a message published before the
-/// subscription. A waiter rides out Redis not answering for up to one connect timeout (a
-/// restart), as a lock's waiter does; an error before it waited, or any other error, is
-/// returned at once.
+/// subscription. A waiter rides out Redis not answering for the outage grace
+/// (`crate::outage`), as a lock's waiter does; an error before it waited, or any other error,
+/// is returned at once.
 pub(crate) fn wait_on_channel(
     engine: &Engine,
     name: &str,
@@ -41,27 +42,21 @@ pub(crate) fn wait_on_channel(
         return Ok(false);
     }
     let subscription = engine.subscribe(channel, deadline);
-    let outage_grace = engine.config().connect_timeout;
-    let mut down_since: Option<Instant> = None;
+    let mut outage = Outage::of(engine);
     loop {
         let mut sleep = POLL;
         match attempt() {
             Ok(true) => return Ok(true),
-            Ok(false) => down_since = None,
-            Err(err) if err.is_outage() => {
-                let since = *down_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= outage_grace {
-                    return Err(err);
-                }
-                log::debug!("{name:?}: {err}; waiting for Redis to come back");
+            Ok(false) => outage.over(),
+            Err(err) => {
+                outage.ride_out(name, err)?;
                 sleep = OUTAGE_RETRY;
             }
-            Err(err) => return Err(err),
         }
         if let Some(deadline) = deadline {
             let now = Instant::now();
             if now >= deadline {
-                return Ok(false);
+                return outage.at_deadline();
             }
             sleep = sleep.min(deadline - now);
         }

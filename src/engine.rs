@@ -26,6 +26,7 @@ use crate::kind::{AttemptArgs, LockKind};
 use crate::line::{Entry, Handed, HoldBack, Join, Line, Probed, Wait};
 use crate::names::LockKeys;
 use crate::options::Request;
+use crate::outage::Outage;
 use crate::owner::{current_thread_number, owner_field};
 use crate::stats::Stats;
 use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
@@ -87,6 +88,8 @@ struct Attempter<'a> {
     /// This wait's number while it is registered for grants (docs/DESIGN.md, "Grants"), and
     /// the control channel that tells a release its manager still listens.
     waiting: Option<(u64, String)>,
+    /// How long this waiter has found Redis not answering, and may go on waiting so.
+    outage: Outage,
 }
 
 impl Attempter<'_> {
@@ -323,6 +326,7 @@ impl Engine {
             token: None,
             fresh: !reentrant,
             waiting: None,
+            outage: Outage::of(self),
         };
         if !kind.uses_line() {
             // Order is Redis' business (a fair queue) or holds are shared (readers): every
@@ -382,12 +386,18 @@ impl Engine {
                         let probed = match attempter.attempt() {
                             Ok(Attempt::Acquired { .. }) => Probed::Acquired,
                             Ok(Attempt::HeldByOther(ttl)) => {
+                                attempter.outage.over();
                                 Probed::Held(ttl.map_or(NO_TTL_POLL, Duration::from_millis))
                             }
-                            Err(err) => {
-                                self.line.probed(&mut ticket, thread, Probed::Failed);
-                                return Err(err);
-                            }
+                            // A queued thread rides out an outage as the one with the turn
+                            // does: it stays in line and probes again soon.
+                            Err(err) => match attempter.outage.ride_out(&keys.name, err) {
+                                Ok(()) => Probed::Held(OUTAGE_RETRY),
+                                Err(err) => {
+                                    self.line.probed(&mut ticket, thread, Probed::Failed);
+                                    return Err(err);
+                                }
+                            },
                         };
                         if let Some(entry) = self.line.probed(&mut ticket, thread, probed) {
                             break entry;
@@ -456,11 +466,17 @@ impl Engine {
         attempter: &mut Attempter<'_>,
     ) -> Result<bool> {
         let deadline = request.deadline;
-        if hold_back.is_none() && !attempted && attempter.attempt()?.is_acquired() {
-            return Ok(true);
+        if hold_back.is_none() && !attempted {
+            // Only a thread that waited in line gets here: it rides out an outage (the loop
+            // below looks again).
+            match attempter.attempt() {
+                Ok(attempt) if attempt.is_acquired() => return Ok(true),
+                Ok(_) => attempter.outage.over(),
+                Err(err) => attempter.outage.ride_out(&keys.name, err)?,
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(false);
+            return attempter.outage.at_deadline();
         }
         let channel = kind.channel(keys, &attempter.owner);
         let subscription = self.subscriber.subscribe(&channel, deadline);
@@ -550,12 +566,9 @@ impl Engine {
         // A grant can only follow this wait's first registration: its lease counts from no
         // earlier than this.
         let registered_from = BootInstant::now();
-        // A waiter rides out a short outage (a restart, its data loading back, a failover):
-        // for up to one connect timeout after Redis stopped answering it keeps waiting, woken
-        // when the listener is back; past that the outage is reported. Redis down for good is
-        // still an error.
-        let outage_grace = self.config.connect_timeout;
-        let mut down_since: Option<Instant> = None;
+        // A waiter rides out an outage (a restart, its data loading back, a failover) for the
+        // outage grace (`crate::outage`), woken when the listener is back; past that the
+        // outage is reported. Redis down for good is still an error.
         loop {
             if let Some((_, control)) = &mut attempter.waiting {
                 // Its listener's, where the channel is served now (after a failover or a
@@ -579,27 +592,19 @@ impl Engine {
                     if yielding.take().is_some() {
                         self.line.yield_outcome(false);
                     }
-                    down_since = None;
+                    attempter.outage.over();
                     ttl
                 }
-                Err(err) if err.is_outage() => {
-                    let since = *down_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= outage_grace {
-                        return Err(err);
-                    }
-                    log::debug!(
-                        "lock {:?}: {err}; waiting for Redis to come back",
-                        keys.name
-                    );
+                Err(err) => {
+                    attempter.outage.ride_out(&keys.name, err)?;
                     Some(OUTAGE_RETRY.as_millis() as u64)
                 }
-                Err(err) => return Err(err),
             };
             let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
             if let Some(deadline) = deadline {
                 let now = Instant::now();
                 if now >= deadline {
-                    return Ok(false);
+                    return attempter.outage.at_deadline();
                 }
                 sleep = sleep.min(deadline - now);
             }

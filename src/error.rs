@@ -86,6 +86,16 @@ pub enum Error {
         /// How long it waited for them.
         timeout: Duration,
     },
+    /// Nodes of the deployment failed, each as its error says, in the order they were asked:
+    /// the cluster nodes or sentinels asked for the masters, or the master a command or the
+    /// start-up needed. The predicates ([`is_timeout`](Error::is_timeout), ...) answer for the
+    /// last of them.
+    Nodes {
+        /// What was asked of them, for the message ("" when one node says it all).
+        asked: String,
+        /// Each node's `host:port` and what went wrong there.
+        tried: Vec<(String, Error)>,
+    },
     /// The manager was created in another process: this is a child made by `fork()`, which
     /// inherited the parent's connections, client id and thread numbers but not its
     /// background threads. Nothing was sent. Create a manager in the child instead.
@@ -106,9 +116,25 @@ impl Error {
         matches!(self, Error::NotHeld { .. })
     }
 
+    /// The error of the node asked last, for [`Error::Nodes`]; else the error itself.
+    fn last(&self) -> &Error {
+        match self {
+            Error::Nodes { tried, .. } => tried.last().map_or(self, |(_, err)| err.last()),
+            _ => self,
+        }
+    }
+
+    /// One node's error, saying which node it was.
+    pub(crate) fn at(addr: impl Into<String>, err: Error) -> Self {
+        Error::Nodes {
+            asked: String::new(),
+            tried: vec![(addr.into(), err)],
+        }
+    }
+
     /// The operation ran out of time (Redis too slow, pool exhausted, or an I/O timeout).
     pub fn is_timeout(&self) -> bool {
-        match self {
+        match self.last() {
             Error::Timeout { .. } => true,
             Error::Redis { source, .. } | Error::Connect { source } => source.is_timeout(),
             _ => false,
@@ -118,14 +144,14 @@ impl Error {
     /// The call was refused before anything was sent: a bad name, duration, size or URL.
     pub fn is_invalid_argument(&self) -> bool {
         matches!(
-            self,
+            self.last(),
             Error::InvalidName { .. } | Error::InvalidArgument { .. } | Error::InvalidUrl { .. }
         )
     }
 
     /// Redis could not be reached, or the connection broke.
     pub fn is_connection_error(&self) -> bool {
-        match self {
+        match self.last() {
             Error::Connect { .. } => true,
             Error::Redis { source, .. } => {
                 source.is_connection_dropped()
@@ -136,22 +162,27 @@ impl Error {
         }
     }
 
-    /// Redis is away for a while: unreachable, or answering LOADING while it reads its data
-    /// back after a restart. A thread already waiting rides this out for the outage grace.
+    /// Redis is away for a while: unreachable, answering LOADING while it reads its data back
+    /// after a restart, or in a failover (a cluster without a master for the slot, a demoted
+    /// master, a master that lost its link). A thread already waiting rides this out for the
+    /// outage grace (`crate::outage`).
     pub(crate) fn is_outage(&self) -> bool {
         self.is_connection_error()
-            || matches!(self, Error::Redis { source, .. } if source.code() == Some("LOADING"))
+            || matches!(self.last(), Error::Redis { source, .. } if matches!(
+                server_code(source).as_deref(),
+                Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
+            ))
     }
 
     /// No replica acknowledged an acquire in time; it was rolled back (see
     /// [`Error::NotReplicated`]).
     pub fn is_not_replicated(&self) -> bool {
-        matches!(self, Error::NotReplicated { .. })
+        matches!(self.last(), Error::NotReplicated { .. })
     }
 
     /// A key of the lock's (semaphore's, latch's) name holds something else.
     pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Error::WrongType { .. })
+        matches!(self.last(), Error::WrongType { .. })
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
@@ -236,6 +267,23 @@ impl fmt::Display for Error {
                 "{operation} was not acknowledged by any of the master's {replicas} replica(s) \
                  within {timeout:?}; a failover could have lost it, so it was rolled back"
             ),
+            Error::Nodes { asked, tried } => {
+                if !asked.is_empty() {
+                    write!(f, "{asked}: ")?;
+                }
+                for (i, (addr, err)) in tried.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    match err {
+                        Error::Connect { source } => {
+                            write!(f, "cannot connect to Redis at {addr}: {source}")?
+                        }
+                        err => write!(f, "{addr}: {err}")?,
+                    }
+                }
+                Ok(())
+            }
             Error::Forked {
                 created_in,
                 used_in,
@@ -256,6 +304,7 @@ impl std::error::Error for Error {
             | Error::Connect { source }
             | Error::Redis { source, .. } => Some(source),
             Error::ThreadSpawn { source } => Some(source),
+            Error::Nodes { tried, .. } => tried.last().map(|(_, err)| err as _),
             _ => None,
         }
     }

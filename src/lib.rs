@@ -183,7 +183,8 @@
 //! out-of-range duration, an unparseable URL) is refused before anything is sent
 //! ([`Error::is_invalid_argument`]). Redis being down is an error, not a hang
 //! ([`Error::is_connection_error`], [`Error::is_timeout`]); a thread already waiting for a
-//! lock rides out an outage of up to one connect timeout (a restart) before reporting it. A
+//! lock rides out an outage of up to one connect timeout (a restart) before reporting it, and on
+//! Sentinel or a cluster a failover within its own wait (60 s at most without a limit). A
 //! key of the lock's name that is not a lock (another type, or a hash of somebody's data) is
 //! reported as [`Error::WrongType`] and left untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
 //! nothing on Redis.
@@ -310,6 +311,7 @@ pub mod metrics;
 mod multi_lock;
 mod names;
 mod options;
+mod outage;
 mod owner;
 mod pool;
 mod read_write_lock;

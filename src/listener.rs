@@ -384,7 +384,15 @@ impl Listener<'_> {
             topology.refresh(topology.map().generation);
         }
         for (channel, failures) in late {
-            if failures == 0 {
+            let moved = !self.is_mine(&channel);
+            if moved {
+                // The slot moved (a resharding, a failover): subscribed again where it is now.
+                log::debug!(
+                    "the subscription to {channel:?} at {} was not confirmed; its slot is \
+                     served elsewhere now, subscribing there",
+                    self.addr
+                );
+            } else if failures == 0 {
                 log::error!(
                     "Redis refused the subscription to {channel:?} at {}, or did not confirm it \
                      within {timeout:?}: its waiters wait by the holder's TTL until a \
@@ -448,11 +456,13 @@ impl Listener<'_> {
         let (kind, data) = match value {
             Value::Push { kind, data } => (kind, data),
             Value::ServerError(err) => {
-                log::warn!("pub/sub listener for {}: {err:?}", self.addr);
-                if matches!(err.code(), "MOVED" | "NOPERM") {
-                    // Which subscription it answers is not said: the late-confirmation check
-                    // sorts it out within a response timeout.
-                    log::debug!("subscriptions of {} will be checked again", self.addr);
+                // Which subscription it answers is not said: the late-confirmation check sorts
+                // it out within a response timeout, and logs a subscription really lost. A
+                // MOVED is a slot that moved (a resharding, a failover): routine.
+                if err.code() == "MOVED" {
+                    log::debug!("pub/sub listener for {}: {err:?}", self.addr);
+                } else {
+                    log::warn!("pub/sub listener for {}: {err:?}", self.addr);
                 }
                 return;
             }

@@ -214,39 +214,64 @@ impl LockStore {
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
-        let deadline = || Instant::now() + config.response_timeout;
-        for pool in store.topology.map().masters() {
-            // One script per round trip: a pipeline's replies would share one response
-            // timeout (see `call`), and compiling a script can take a while on a busy server.
-            for source in Scripts::SOURCES {
-                store
-                    .run_on(
-                        pool,
-                        "loading the lock scripts",
-                        1,
-                        deadline(),
-                        false,
-                        (
-                            &|conn: &mut Connection| {
-                                redis::cmd("SCRIPT")
-                                    .arg("LOAD")
-                                    .arg(source)
-                                    .query::<String>(conn)
-                            },
-                            &|_| false,
-                        ),
-                    )
-                    .map_err(|failed| failed.into_error(&store, "loading the lock scripts", ""))?;
-            }
-        }
+        store.load_scripts()?;
         Ok(store)
     }
 
-    /// Opens a pub/sub listener's own connection (RESP3, not counted against any pool) to the
-    /// master at `addr`, or to the master of `key` when `addr` is `None`.
-    pub(crate) fn connect_listener(&self, key: &str) -> Result<Connection> {
-        let (pool, _) = self.topology.route(key)?;
-        pool.connect_listener()
+    /// Loads the scripts on every master. On a cluster a master that cannot be reached is
+    /// passed over (a failover may be under way as the manager starts; its replica gets the
+    /// scripts on its first NOSCRIPT), as long as one master loaded them.
+    fn load_scripts(&self) -> Result<()> {
+        let mut unreachable = Vec::new();
+        let masters = self.topology.map();
+        for pool in masters.masters() {
+            match self.load_scripts_on(pool) {
+                Ok(()) => {}
+                Err(err) if self.topology.is_cluster() && is_unreachable(&err) => {
+                    log::warn!(
+                        "cannot load the lock scripts on the master at {}: {err}; passing it \
+                         over (its slots work once it answers, or its replica is promoted)",
+                        pool.addr()
+                    );
+                    unreachable.push((pool.addr().to_owned(), err));
+                }
+                Err(err) if self.topology.follows_failovers() => {
+                    return Err(Error::at(pool.addr(), err))
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        if unreachable.len() == masters.masters().len() {
+            return Err(Error::Nodes {
+                asked: "no master answered".into(),
+                tried: unreachable,
+            });
+        }
+        Ok(())
+    }
+
+    fn load_scripts_on(&self, pool: &Pool) -> Result<()> {
+        // One script per round trip: a pipeline's replies would share one response timeout
+        // (see `call`), and compiling a script can take a while on a busy server.
+        for source in Scripts::SOURCES {
+            let load = |conn: &mut Connection| {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query::<String>(conn)
+            };
+            let deadline = Instant::now() + self.response_timeout;
+            self.run_on(
+                pool,
+                "loading the lock scripts",
+                1,
+                deadline,
+                false,
+                (&load, &|_| false),
+            )
+            .map_err(|failed| failed.into_error(self, "loading the lock scripts", ""))?;
+        }
+        Ok(())
     }
 
     /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
@@ -616,18 +641,10 @@ impl LockStore {
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
-    /// Publishes `message` on `channel` with plain `PUBLISH` at the first master (on a
-    /// cluster it reaches every node).
-    pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
-        self.run("publish", "", 1, |conn| {
-            publish_query(conn, channel, message)
-        })?;
-        Ok(())
-    }
-
     /// Publishes `message` on `channel` at the node `addr` (`host:port`) within `budget`: a
     /// listener's private wake-up channel, at the master whose connection it reads, so that
-    /// another master that stalls or is gone does not hold up (or lose) the wake-up.
+    /// another master that stalls or is gone does not hold up (or lose) the wake-up; and the
+    /// start-up's check of the channel rights, at a master that answers.
     pub(crate) fn publish_at(
         &self,
         addr: &str,
@@ -712,10 +729,17 @@ impl LockStore {
         let (mut pool, mut generation) = self.topology.route_by(name, Some(deadline))?;
         let mut asking = false;
         let mut redirects = 0;
+        // What made the call look for the master again, last: when the time runs out while it
+        // looks, that (the failover) is what the caller is told, not a timeout of nothing.
+        let mut failover: Option<(Failed, String)> = None;
         loop {
             let failed =
                 match self.run_on(&pool, operation, commands, deadline, asking, (&op, wrote)) {
                     Ok(value) => return Ok(value),
+                    Err(Failed::Other(Error::Timeout { .. })) if failover.is_some() => {
+                        let (failed, addr) = failover.expect("checked");
+                        return Err(Error::at(addr, failed.into_error(self, operation, name)));
+                    }
                     Err(failed) => failed,
                 };
             let time_left = Instant::now() < deadline;
@@ -750,11 +774,19 @@ impl LockStore {
                     FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
                 );
                 self.topology.refresh_by(generation, deadline);
+                failover = Some((failed, pool.addr().to_owned()));
                 (pool, generation) = self.topology.route_by(name, Some(deadline))?;
                 // `run_on` sends nothing once the deadline has passed.
                 continue;
             }
-            return Err(failed.into_error(self, operation, name).timed(started));
+            let in_failover = !time_left && failed.means_topology_changed(self);
+            let err = failed.into_error(self, operation, name).timed(started);
+            // Out of time in a failover: which master failed is part of the news.
+            return Err(if in_failover {
+                Error::at(pool.addr(), err)
+            } else {
+                err
+            });
         }
     }
 
@@ -1225,6 +1257,11 @@ fn is_noscript(err: &RedisError) -> bool {
 /// The connection is gone: nothing was read from it, so the server never answered.
 fn is_dead_connection(err: &RedisError) -> bool {
     err.is_connection_dropped() || err.is_connection_refusal()
+}
+
+/// A node that does not answer at all: refused, unreachable, or silent.
+fn is_unreachable(err: &Error) -> bool {
+    err.is_connection_error() || err.is_timeout()
 }
 
 /// The connection's state is unknown (I/O failed or a reply may still arrive): never reuse it.

@@ -490,15 +490,24 @@ impl Topology {
                     .filter_map(|p| split_addr(p.addr()).map(|(h, port)| self.nodes.at(h, port)))
                     .collect();
                 candidates.extend(seeds.iter().cloned());
-                let mut last_error = None;
+                let mut tried = Vec::new();
                 for candidate in candidates {
                     let asked = candidate.addr().to_string();
+                    if tried.iter().any(|(addr, _)| *addr == asked) {
+                        continue; // a known master that is a seed too: one refusal says it
+                    }
                     match self.ask_cluster(candidate) {
                         Ok(ranges) => return self.cluster_map(generation, &asked, ranges, reuse),
-                        Err(err) => last_error = Some(err),
+                        Err(err) => tried.push((asked, err)),
                     }
                 }
-                Err(last_error.unwrap_or_else(|| Error::invalid("cluster node URLs", "none")))
+                if tried.is_empty() {
+                    return Err(Error::invalid("cluster node URLs", "none"));
+                }
+                Err(Error::Nodes {
+                    asked: "no cluster node told where the slots are".into(),
+                    tried,
+                })
             }
         }
     }
@@ -598,7 +607,7 @@ impl Topology {
         sentinels: &[ConnectionInfo],
         master_name: &str,
     ) -> Result<(String, u16, usize)> {
-        let mut last_error = None;
+        let mut tried = Vec::new();
         for sentinel in sentinels {
             let asked = (|| -> Result<(String, u16, usize)> {
                 let mut conn = self.probe_sentinel(sentinel)?;
@@ -627,7 +636,10 @@ impl Topology {
                 // A sentinel may not have seen a failover yet: the master must agree. Its
                 // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
                 // counts (a sentinel's own list lags behind).
-                let mut master = self.nodes.probe(self.nodes.at(&host, port))?;
+                let mut master = self
+                    .nodes
+                    .probe(self.nodes.at(&host, port))
+                    .map_err(|err| Error::at(format!("{host}:{port}"), err))?;
                 let role: Value =
                     match pool::query_again_if_interrupted(&mut master, &redis::cmd("ROLE")) {
                         Ok(role) => role,
@@ -665,11 +677,17 @@ impl Topology {
                 Ok(found) => return Ok(found),
                 Err(err) => {
                     log::debug!("sentinel {}: {err}", sentinel.addr());
-                    last_error = Some(err);
+                    tried.push((sentinel.addr().to_string(), err));
                 }
             }
         }
-        Err(last_error.unwrap_or_else(|| Error::invalid("sentinel URLs", "none")))
+        if tried.is_empty() {
+            return Err(Error::invalid("sentinel URLs", "none"));
+        }
+        Err(Error::Nodes {
+            asked: format!("no sentinel named a master {master_name:?} that answered"),
+            tried,
+        })
     }
 
     /// Whether the master at `addr` may be being replaced, so that fewer of its replicas
@@ -846,9 +864,24 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 
 /// Whether the cluster answers `PUBSUB SHARDNUMSUB` (Redis 7): Redisson's AUTO mode then
 /// announces releases with `SPUBLISH`, and a client listening with `SUBSCRIBE` would never
-/// hear them.
+/// hear them. Asks the masters in turn until one answers: a master may be down (a failover
+/// under way when the manager starts).
 fn supports_sharded_pubsub(map: &Map) -> Result<bool> {
-    let pool = &map.masters[0];
+    let mut tried = Vec::new();
+    for pool in &map.masters {
+        match shard_numsub_answered(pool) {
+            Ok(answered) => return Ok(answered),
+            Err(err) => tried.push((pool.addr().to_owned(), err)),
+        }
+    }
+    Err(Error::Nodes {
+        asked: "no master answered".into(),
+        tried,
+    })
+}
+
+/// Whether the master behind `pool` knows `PUBSUB SHARDNUMSUB`.
+fn shard_numsub_answered(pool: &Pool) -> Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut conn = pool.get_by(deadline)?;
     match pool::query_again_if_interrupted::<Value>(

@@ -69,6 +69,9 @@ impl From<Error> for Failure {
             | Error::Timeout { .. }
             | Error::NotReplicated { .. } => REDIS_RLOCK_REDIS_ERROR,
             Error::ThreadSpawn { .. } => REDIS_RLOCK_SYSTEM_ERROR,
+            // Several nodes' errors: the code of the last one asked.
+            Error::Nodes { .. } if err.is_invalid_argument() => REDIS_RLOCK_INVALID_ARGUMENT,
+            Error::Nodes { .. } => REDIS_RLOCK_REDIS_ERROR,
             // `Error` is non-exhaustive, so this crate cannot list every kind: one added to
             // redis-rlock later is reported as a failed call with its message until it is
             // given a code here.
