@@ -286,6 +286,51 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
 }
 
 #[test]
+fn kill_after_bounds_a_command_that_ignores_a_passed_on_sigterm() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // SIGTERM is ignored by the shell and, inherited, by its sleeps.
+    let script = r#"
+        trap '' TERM
+        touch "$1/started"
+        while :; do sleep 0.1; done
+    "#;
+    let mut cmd = redis_rlock(
+        &server,
+        &["run", "cli-stubborn", "--kill-after", "1s", "--"],
+    );
+    cmd.args(["sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+
+    let signalled = Instant::now();
+    sigterm(&child.0);
+    let status = wait_limited(&mut child.0, LIMIT);
+    let waited = signalled.elapsed();
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 9), "killed by SIGKILL: {stderr}");
+    assert!(
+        stderr.contains("after SIGTERM; sending SIGKILL"),
+        "{stderr}"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "SIGKILL only after --kill-after: {waited:?}"
+    );
+    assert!(!exists(&server, "cli-stubborn"), "the lock was released");
+}
+
+#[test]
 fn a_lock_lost_under_the_command_stops_it_with_70() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();

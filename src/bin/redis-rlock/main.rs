@@ -80,8 +80,10 @@ Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
 The lock is Redisson's: a hash at key NAME whose TTL the watchdog renews every third of
 --watchdog while the command runs. If redis-rlock dies (SIGKILL, a crash, the machine), the lock
 expires within --watchdog. SIGINT, SIGTERM and SIGHUP sent to redis-rlock are passed to the
-command (those from the terminal reach it directly); redis-rlock then waits for it, releases
-the lock and exits as the command did. The command's environment has REDIS_RLOCK_NAME, and
+command (those from the terminal reach it directly); redis-rlock then waits for it (SIGKILL
+after --kill-after), releases the lock and exits as the command did. The lock is released
+when COMMAND exits, even if processes it started in the background still run: to cover them,
+have it wait for them (sh -c 'job1 & job2 & wait'). The command's environment has REDIS_RLOCK_NAME, and
 with --fenced REDIS_RLOCK_FENCING_TOKEN: a number that grows with every fenced acquisition of
 NAME, for the resource to refuse writes from an older holder.
 
@@ -182,7 +184,8 @@ struct RunArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
     on_lost: OnLost,
 
-    /// With --on-lost term: send SIGKILL if the command still runs this long after SIGTERM.
+    /// Send SIGKILL if the command still runs this long after it was told to stop: by SIGTERM
+    /// on a lost lock (--on-lost term), or by a SIGINT, SIGTERM or SIGHUP passed on to it.
     #[arg(
         long,
         value_name = "DURATION",
