@@ -805,6 +805,89 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
 }
 
 #[test]
+fn status_shows_a_semaphores_permits_and_a_latchs_count() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let run = |args: &[&str]| {
+        let out = output(redis_rlock(&server, args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr_of(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str::<serde_json::Value>(&run(&args)).expect("status --json is JSON")
+    };
+
+    let semaphore = manager.get_semaphore("cli-sem");
+    assert!(semaphore.try_set_permits(5).unwrap());
+    semaphore.acquire(2).unwrap();
+    let latch = manager.get_count_down_latch("cli-latch");
+    assert!(latch.try_set_count(2).unwrap());
+    latch.count_down().unwrap();
+
+    // Told which it is.
+    let sem = json(&["status", "cli-sem", "--kind", "semaphore"]);
+    assert_eq!(sem["kind"], "semaphore", "{sem}");
+    assert_eq!(sem["name"], "cli-sem");
+    assert_eq!(sem["exists"], true);
+    assert_eq!(sem["permits"], 3);
+    let text = run(&["status", "cli-sem", "--kind", "semaphore"]);
+    assert!(
+        text.contains("semaphore \"cli-sem\": 3 free permits"),
+        "{text}"
+    );
+    let closed = json(&["status", "cli-latch", "--kind", "latch"]);
+    assert_eq!(closed["kind"], "latch", "{closed}");
+    assert_eq!(closed["count"], 1);
+    assert_eq!(closed["open"], false);
+    let text = run(&["status", "cli-latch", "--kind", "latch"]);
+    assert!(text.contains("count 1"), "{text}");
+
+    // Not told: both are a number at the key, so it says what it can.
+    let either = json(&["status", "cli-sem"]);
+    assert_eq!(either["kind"], "semaphore-or-latch", "{either}");
+    assert_eq!(either["value"], 3);
+    let text = run(&["status", "cli-latch"]);
+    assert!(
+        text.contains('1') && text.contains("semaphore") && text.contains("latch"),
+        "{text}"
+    );
+
+    // At zero a latch's key is gone: it is open. A semaphore never set has no permits.
+    latch.count_down().unwrap();
+    let open = json(&["status", "cli-latch", "--kind", "latch"]);
+    assert_eq!(
+        (open["count"].clone(), open["open"].clone()),
+        (0.into(), true.into())
+    );
+    assert!(run(&["status", "cli-latch", "--kind", "latch"]).contains("open"));
+    let unset = json(&["status", "cli-no-sem", "--kind", "semaphore"]);
+    assert_eq!(
+        (unset["exists"].clone(), unset["permits"].clone()),
+        (false.into(), 0.into())
+    );
+    assert!(run(&["status", "cli-no-sem", "--kind", "semaphore"]).contains("not set"));
+
+    // A lock says it is one; a key of another kind is refused (65), and left as it is.
+    let _guard = manager.lock("cli-a-lock").unwrap();
+    assert_eq!(json(&["status", "cli-a-lock"])["kind"], "lock");
+    let _: () = server.conn().set("cli-text", "text").unwrap();
+    let _: () = server.conn().rpush("cli-list", "x").unwrap();
+    for args in [
+        &["status", "cli-a-lock", "--kind", "semaphore"][..],
+        &["status", "cli-text", "--kind", "latch"],
+        &["status", "cli-text"],
+        &["status", "cli-list"],
+        &["status", "cli-sem", "--kind", "lock"],
+    ] {
+        let out = output(redis_rlock(&server, args));
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
+    }
+    assert_eq!(semaphore.available_permits().unwrap(), 3, "left untouched");
+}
+
+#[test]
 fn runs_on_a_cluster_through_its_url_form() {
     let cluster = support::cluster::RedisCluster::start();
     let url = cluster.url();
