@@ -216,7 +216,8 @@ const char *redis_rlock_last_error(void);
 
 /**
  * A short constant description of a result code (`"not held"`, ...), for messages. Never NULL;
- * an unknown code gives `"unknown result code"`. Do not free it.
+ * an unknown code gives `"unknown result code"`. Do not free it. It names the code only, and
+ * `redis_rlock_last_error()` says what happened, so `"%s: %s"` of the two says each thing once.
  */
 const char *redis_rlock_result_str(int result);
 

@@ -286,6 +286,51 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
 }
 
 #[test]
+fn kill_after_bounds_a_command_that_ignores_a_passed_on_sigterm() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // SIGTERM is ignored by the shell and, inherited, by its sleeps.
+    let script = r#"
+        trap '' TERM
+        touch "$1/started"
+        while :; do sleep 0.1; done
+    "#;
+    let mut cmd = redis_rlock(
+        &server,
+        &["run", "cli-stubborn", "--kill-after", "1s", "--"],
+    );
+    cmd.args(["sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+
+    let signalled = Instant::now();
+    sigterm(&child.0);
+    let status = wait_limited(&mut child.0, LIMIT);
+    let waited = signalled.elapsed();
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 9), "killed by SIGKILL: {stderr}");
+    assert!(
+        stderr.contains("after SIGTERM; sending SIGKILL"),
+        "{stderr}"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "SIGKILL only after --kill-after: {waited:?}"
+    );
+    assert!(!exists(&server, "cli-stubborn"), "the lock was released");
+}
+
+#[test]
 fn a_lock_lost_under_the_command_stops_it_with_70() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
@@ -757,6 +802,89 @@ fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
         status("cli-fair")["queue"].as_array().map(Vec::len),
         Some(0)
     );
+}
+
+#[test]
+fn status_shows_a_semaphores_permits_and_a_latchs_count() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let run = |args: &[&str]| {
+        let out = output(redis_rlock(&server, args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr_of(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str::<serde_json::Value>(&run(&args)).expect("status --json is JSON")
+    };
+
+    let semaphore = manager.get_semaphore("cli-sem");
+    assert!(semaphore.try_set_permits(5).unwrap());
+    semaphore.acquire(2).unwrap();
+    let latch = manager.get_count_down_latch("cli-latch");
+    assert!(latch.try_set_count(2).unwrap());
+    latch.count_down().unwrap();
+
+    // Told which it is.
+    let sem = json(&["status", "cli-sem", "--kind", "semaphore"]);
+    assert_eq!(sem["kind"], "semaphore", "{sem}");
+    assert_eq!(sem["name"], "cli-sem");
+    assert_eq!(sem["exists"], true);
+    assert_eq!(sem["permits"], 3);
+    let text = run(&["status", "cli-sem", "--kind", "semaphore"]);
+    assert!(
+        text.contains("semaphore \"cli-sem\": 3 free permits"),
+        "{text}"
+    );
+    let closed = json(&["status", "cli-latch", "--kind", "latch"]);
+    assert_eq!(closed["kind"], "latch", "{closed}");
+    assert_eq!(closed["count"], 1);
+    assert_eq!(closed["open"], false);
+    let text = run(&["status", "cli-latch", "--kind", "latch"]);
+    assert!(text.contains("count 1"), "{text}");
+
+    // Not told: both are a number at the key, so it says what it can.
+    let either = json(&["status", "cli-sem"]);
+    assert_eq!(either["kind"], "semaphore-or-latch", "{either}");
+    assert_eq!(either["value"], 3);
+    let text = run(&["status", "cli-latch"]);
+    assert!(
+        text.contains('1') && text.contains("semaphore") && text.contains("latch"),
+        "{text}"
+    );
+
+    // At zero a latch's key is gone: it is open. A semaphore never set has no permits.
+    latch.count_down().unwrap();
+    let open = json(&["status", "cli-latch", "--kind", "latch"]);
+    assert_eq!(
+        (open["count"].clone(), open["open"].clone()),
+        (0.into(), true.into())
+    );
+    assert!(run(&["status", "cli-latch", "--kind", "latch"]).contains("open"));
+    let unset = json(&["status", "cli-no-sem", "--kind", "semaphore"]);
+    assert_eq!(
+        (unset["exists"].clone(), unset["permits"].clone()),
+        (false.into(), 0.into())
+    );
+    assert!(run(&["status", "cli-no-sem", "--kind", "semaphore"]).contains("not set"));
+
+    // A lock says it is one; a key of another kind is refused (65), and left as it is.
+    let _guard = manager.lock("cli-a-lock").unwrap();
+    assert_eq!(json(&["status", "cli-a-lock"])["kind"], "lock");
+    let _: () = server.conn().set("cli-text", "text").unwrap();
+    let _: () = server.conn().rpush("cli-list", "x").unwrap();
+    for args in [
+        &["status", "cli-a-lock", "--kind", "semaphore"][..],
+        &["status", "cli-text", "--kind", "latch"],
+        &["status", "cli-text"],
+        &["status", "cli-list"],
+        &["status", "cli-sem", "--kind", "lock"],
+    ] {
+        let out = output(redis_rlock(&server, args));
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr_of(&out));
+    }
+    assert_eq!(semaphore.available_permits().unwrap(), 3, "left untouched");
 }
 
 #[test]

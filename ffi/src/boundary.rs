@@ -184,13 +184,16 @@ pub extern "C" fn redis_rlock_last_error() -> *const c_char {
 }
 
 /// A short constant description of a result code (`"not held"`, ...), for messages. Never NULL;
-/// an unknown code gives `"unknown result code"`. Do not free it.
+/// an unknown code gives `"unknown result code"`. Do not free it. It names the code only, and
+/// `redis_rlock_last_error()` says what happened, so `"%s: %s"` of the two says each thing once.
 #[no_mangle]
 pub extern "C" fn redis_rlock_result_str(result: c_int) -> *const c_char {
+    // Only the code's name: the last error's message already says why (the wait passed, the
+    // lease expired, ...), and is printed beside this.
     let text: &'static CStr = match result {
         0 => c"ok",
-        1 => c"not acquired: the wait passed",
-        2 => c"not held: the lock was no longer this owner's",
+        1 => c"not acquired",
+        2 => c"not held",
         3 => c"invalid argument",
         4 => c"Redis error",
         5 => c"panic inside redis-rlock",

@@ -42,6 +42,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit::Failure;
 use crate::run::{OnLost, RunSettings};
+use crate::status::Kind;
 
 const AFTER_HELP: &str = "\
 Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
@@ -71,6 +72,9 @@ Examples:
   # who has it?
   redis-rlock status deploy:prod
 
+  # how many permits are free?
+  redis-rlock status connections:db --kind semaphore
+
   # a lock whose holder is known to be gone for good
   redis-rlock unlock --force deploy:prod";
 
@@ -80,8 +84,10 @@ Durations: 500ms, 10s, 2m, 1h, 1.5s; a bare number is seconds.
 The lock is Redisson's: a hash at key NAME whose TTL the watchdog renews every third of
 --watchdog while the command runs. If redis-rlock dies (SIGKILL, a crash, the machine), the lock
 expires within --watchdog. SIGINT, SIGTERM and SIGHUP sent to redis-rlock are passed to the
-command (those from the terminal reach it directly); redis-rlock then waits for it, releases
-the lock and exits as the command did. The command's environment has REDIS_RLOCK_NAME, and
+command (those from the terminal reach it directly); redis-rlock then waits for it (SIGKILL
+after --kill-after), releases the lock and exits as the command did. The lock is released
+when COMMAND exits, even if processes it started in the background still run: to cover them,
+have it wait for them (sh -c 'job1 & job2 & wait'). The command's environment has REDIS_RLOCK_NAME, and
 with --fenced REDIS_RLOCK_FENCING_TOKEN: a number that grows with every fenced acquisition of
 NAME, for the resource to refuse writes from an older holder.
 
@@ -126,7 +132,8 @@ enum Cmd {
         override_usage = "redis-rlock run [OPTIONS] <NAME> -- <COMMAND>..."
     )]
     Run(RunArgs),
-    /// Show whether a lock is held, by whom (owner fields with hold counts), and its TTL.
+    /// Show whether a lock is held, by whom (owner fields with hold counts), and its TTL; or a
+    /// semaphore's free permits, or a count-down latch's count.
     Status(StatusArgs),
     /// Delete a lock whoever holds it (Redisson's forceUnlock); its waiters are woken.
     Unlock(UnlockArgs),
@@ -182,7 +189,8 @@ struct RunArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
     on_lost: OnLost,
 
-    /// With --on-lost term: send SIGKILL if the command still runs this long after SIGTERM.
+    /// Send SIGKILL if the command still runs this long after it was told to stop: by SIGTERM
+    /// on a lost lock (--on-lost term), or by a SIGINT, SIGTERM or SIGHUP passed on to it.
     #[arg(
         long,
         value_name = "DURATION",
@@ -204,9 +212,16 @@ struct RunArgs {
 
 #[derive(Args)]
 struct StatusArgs {
-    /// The lock's name (its Redis key).
+    /// The lock's (semaphore's, latch's) name: its Redis key.
     name: String,
-    /// Print one JSON object: {"name", "held", "owners": [{"owner", "holds"}], "ttl_ms"}.
+    /// What to read the key as. A semaphore and a count-down latch are both a number at the
+    /// key, so without this a number is shown as either.
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = Kind::Auto)]
+    kind: Kind,
+    /// Print one JSON object. A lock: {"name", "kind": "lock", "held", "owners": [{"owner",
+    /// "holds"}], "ttl_ms", "mode", "queue"}; a semaphore: {"name", "kind", "exists",
+    /// "permits"}; a latch: {"name", "kind", "count", "open"}; a number not told which:
+    /// {"name", "kind": "semaphore-or-latch", "value"}.
     #[arg(long)]
     json: bool,
 }
@@ -236,7 +251,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Cmd::Run(args) => run::run(&cli.url, args.into_settings()),
-        Cmd::Status(args) => status::status(&cli.url, &args.name, args.json),
+        Cmd::Status(args) => status::status(&cli.url, &args.name, args.kind, args.json),
         Cmd::Unlock(args) => unlock::unlock(&cli.url, &args.name, args.force, args.yes),
     };
     let code = outcome.unwrap_or_else(|failure: Failure| {

@@ -200,7 +200,8 @@ fn watch(
     let never = crossbeam_channel::never();
     let mut lost_signal = Some(lost);
     let mut lost_noticed = false;
-    let mut kill_at: Option<Instant> = None;
+    // When to send SIGKILL, and the signal the command was asked to stop with.
+    let mut kill_at: Option<(Instant, &str)> = None;
     loop {
         if let Some(status) = child
             .try_wait()
@@ -208,15 +209,17 @@ fn watch(
         {
             return Ok((status, lost_noticed));
         }
-        if kill_at.is_some_and(|at| Instant::now() >= at) {
-            note!(
-                "the command is still running {} after SIGTERM; sending SIGKILL",
-                show(settings.kill_after)
-            );
-            send(pid, Signal::KILL);
-            kill_at = None;
+        if let Some((at, asked_with)) = kill_at {
+            if Instant::now() >= at {
+                note!(
+                    "the command is still running {} after {asked_with}; sending SIGKILL",
+                    show(settings.kill_after)
+                );
+                send(pid, Signal::KILL);
+                kill_at = None;
+            }
         }
-        let timeout = kill_at.map_or(CHILD_CHECK, |at| {
+        let timeout = kill_at.map_or(CHILD_CHECK, |(at, _)| {
             at.saturating_duration_since(Instant::now())
                 .min(CHILD_CHECK)
         });
@@ -227,13 +230,21 @@ fn watch(
                     if let Some(signal) = Signal::from_named_raw(origin.signal) {
                         send(pid, signal);
                     }
+                    // Whoever sent it (systemd, a CI runner, timeout(1)) wants the command
+                    // gone and the lock free: a command that ignores it is killed after
+                    // --kill-after, as on a lost lock. A first deadline is kept.
+                    kill_at = kill_at.or(Some((
+                        Instant::now() + settings.kill_after,
+                        signal_name(origin.signal),
+                    )));
                 }
             }
             recv(lost_signal.unwrap_or(&never)) -> message => match message {
                 Ok(()) => {
                     lost_noticed = true;
                     lost_signal = None; // told once
-                    kill_at = on_lost(settings, pid);
+                    let deadline = on_lost(settings, pid).map(|at| (at, "SIGTERM"));
+                    kill_at = kill_at.or(deadline);
                 }
                 // Disconnected: the hold ended, which only releasing it here does.
                 Err(_) => lost_signal = None,

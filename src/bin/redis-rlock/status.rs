@@ -101,11 +101,129 @@ pub fn connect(url: &str, name: &str) -> Result<redis::Connection, Failure> {
         .map_err(|err| Failure::from_redis_error(err, name, url))
 }
 
-/// `redis-rlock status NAME [--json]`. Exit 0 whether the lock is held or free: the answer is
-/// in the output.
-pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
+/// What `status` reads the key as (`--kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// A lock when the key is a hash or absent; a semaphore or a count-down latch (which of
+    /// the two the key does not say) when it is a number.
+    Auto,
+    /// A lock of any kind: plain, fair, read-write.
+    Lock,
+    /// A semaphore: the number of free permits.
+    Semaphore,
+    /// A count-down latch: its count.
+    Latch,
+}
+
+/// `redis-rlock status NAME [--kind KIND] [--json]`. Exit 0 whether the lock is held or free,
+/// the latch open or not: the answer is in the output.
+pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failure> {
     let fail = |err| Failure::from_lock_error(err, url);
     let manager = LockManager::new(url).map_err(fail)?;
+    match kind {
+        Kind::Lock => lock_status(&manager, url, name, json),
+        Kind::Semaphore => semaphore_status(&manager, url, name, json),
+        Kind::Latch => latch_status(&manager, url, name, json),
+        Kind::Auto => match lock_status(&manager, url, name, json) {
+            // A string: Redisson keeps a semaphore's permits and a latch's count alike, as a
+            // number at the key, so this is all that can be said without being told.
+            Err(failure) if failure.code == crate::exit::DATA && is_string(url, name)? => {
+                number_status(&manager, url, name, json)
+            }
+            outcome => outcome,
+        },
+    }
+}
+
+/// Whether the key holds a string (what `TYPE` says), for telling a number from a lock.
+fn is_string(url: &str, name: &str) -> Result<bool, Failure> {
+    let mut conn = connect(url, name)?;
+    let kind: String = redis::cmd("TYPE")
+        .arg(name)
+        .query(&mut conn)
+        .map_err(|err| Failure::from_redis_error(err, name, url))?;
+    Ok(kind == "string")
+}
+
+/// A number at the key, with no word on whether it is a semaphore's or a latch's.
+fn number_status(manager: &LockManager, url: &str, name: &str, json: bool) -> Result<u8, Failure> {
+    // The semaphore's reading of it: the latch's is the same GET and parse.
+    let value = manager
+        .get_semaphore(name)
+        .available_permits()
+        .map_err(|err| Failure::from_lock_error(err, url))?;
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({ "name": name, "kind": "semaphore-or-latch", "value": value })
+        );
+    } else {
+        say!(
+            "{name:?}: {value}, a semaphore's free permits or a count-down latch's count \
+             (both are a number at the key; --kind semaphore or --kind latch reads it as one)"
+        );
+    }
+    Ok(0)
+}
+
+/// A semaphore's free permits, and whether it was set at all (acquires wait on one that was
+/// not, until someone sets or releases permits).
+fn semaphore_status(
+    manager: &LockManager,
+    url: &str,
+    name: &str,
+    json: bool,
+) -> Result<u8, Failure> {
+    // The library's call first: it refuses a bad name and a key that is not a number.
+    let permits = manager
+        .get_semaphore(name)
+        .available_permits()
+        .map_err(|err| Failure::from_lock_error(err, url))?;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(name)
+        .query(&mut connect(url, name)?)
+        .map_err(|err| Failure::from_redis_error(err, name, url))?;
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({
+                "name": name, "kind": "semaphore", "exists": exists, "permits": permits,
+            })
+        );
+    } else if exists {
+        let permits = match permits {
+            1 => "1 free permit".to_string(),
+            n => format!("{n} free permits"),
+        };
+        say!("semaphore {name:?}: {permits}");
+    } else {
+        say!("semaphore {name:?}: not set (no key: 0 permits until set or released)");
+    }
+    Ok(0)
+}
+
+/// A count-down latch's count; at zero its key is gone and it is open.
+fn latch_status(manager: &LockManager, url: &str, name: &str, json: bool) -> Result<u8, Failure> {
+    let count = manager
+        .get_count_down_latch(name)
+        .count()
+        .map_err(|err| Failure::from_lock_error(err, url))?;
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({ "name": name, "kind": "latch", "count": count, "open": count == 0 })
+        );
+    } else if count == 0 {
+        say!("count-down latch {name:?}: count 0, open");
+    } else {
+        say!("count-down latch {name:?}: count {count}, closed (waiters wait for 0)");
+    }
+    Ok(0)
+}
+
+/// A lock's holders, TTL, read-write mode and fair queue.
+fn lock_status(manager: &LockManager, url: &str, name: &str, json: bool) -> Result<u8, Failure> {
+    let fail = |err| Failure::from_lock_error(err, url);
     let lock = manager.get_lock(name);
     // The library's calls first: they refuse a bad name and a key that is not a lock.
     let held = lock.is_locked().map_err(fail)?;
@@ -147,6 +265,7 @@ pub fn status(url: &str, name: &str, json: bool) -> Result<u8, Failure> {
     };
     if json {
         let mut value = to_json(name, held, &snapshot);
+        value["kind"] = "lock".into();
         value["mode"] = mode.clone().into();
         value["queue"] = queue.clone().into();
         say!("{value}");
