@@ -90,7 +90,8 @@ pub(crate) fn check_subscribe(
     channels: &[&str],
     response_timeout: Duration,
 ) -> Result<()> {
-    let mut conn = store.connect_listener("")?;
+    let mut listener = store.connect_listener("")?;
+    let conn = listener.raw();
     let probe_error = |source: RedisError| Error::Redis {
         operation: "checking the right to subscribe",
         source,

@@ -6,7 +6,7 @@
 //! an idle connection or open one up to a limit, wait (bounded) when all are busy, and throw
 //! away a connection whose state is unknown after an I/O error or a timeout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -14,6 +14,7 @@ use redis::{Client, Connection, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::fork::Origin;
+use crate::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
 pub(crate) struct Pool {
     client: Client,
@@ -35,6 +36,8 @@ pub(crate) struct Pool {
     setup_replies: u32,
     /// The process the connections belong to: a child made by fork() gets none of them.
     origin: Origin,
+    /// The server refused `HELLO 3`: its pub/sub listener speaks RESP2 (`connect_listener`).
+    hello_refused: AtomicBool,
 }
 
 struct PoolState {
@@ -146,6 +149,7 @@ impl Pool {
             replicas_counted: Mutex::new(None),
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
+            hello_refused: AtomicBool::new(false),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -198,19 +202,55 @@ impl Pool {
             .is_none_or(|counted| counted.elapsed() > age)
     }
 
-    /// Opens a connection that is not counted against the pool, speaking RESP3: for the
-    /// pub/sub listener, which reads messages as RESP3 push values (`crate::subscriber`).
-    pub(crate) fn connect_listener(&self) -> Result<Connection> {
+    /// Opens a connection that is not counted against the pool, for the pub/sub listener
+    /// (`crate::listener`), in the protocol `protocol` asks for: with `Auto`, RESP3 unless
+    /// the server refused `HELLO 3` (then, and from then on, RESP2).
+    pub(crate) fn connect_listener(&self, protocol: PubSubProtocol) -> Result<PubSubConnection> {
         self.origin.check()?;
+        let resp2 = protocol == PubSubProtocol::Resp2
+            || (protocol == PubSubProtocol::Auto && self.hello_refused.load(Ordering::Relaxed));
+        if resp2 {
+            return self.connect_speaking(redis::ProtocolVersion::RESP2);
+        }
+        match self.connect_speaking(redis::ProtocolVersion::RESP3) {
+            Err(Error::Connect { source }) if pubsub_connection::refused_hello(&source) => {
+                if protocol == PubSubProtocol::Resp3 {
+                    return Err(Error::Connect {
+                        source: redis::RedisError::from((
+                            redis::ErrorKind::RESP3NotSupported,
+                            "the server refused HELLO 3, which PubSubProtocol::Resp3 needs",
+                            format!(
+                                "{source}; use PubSubProtocol::Auto or Resp2 for an endpoint \
+                                 without RESP3"
+                            ),
+                        )),
+                    });
+                }
+                log::info!(
+                    "{} refused HELLO 3 ({source}): its pub/sub listener speaks RESP2",
+                    self.addr
+                );
+                self.hello_refused.store(true, Ordering::Relaxed);
+                self.connect_speaking(redis::ProtocolVersion::RESP2)
+            }
+            other => other,
+        }
+    }
+
+    /// A pub/sub connection in `protocol`, within one connect timeout.
+    fn connect_speaking(&self, protocol: redis::ProtocolVersion) -> Result<PubSubConnection> {
         let info = self.client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
+        let settings = info.redis_settings().clone().set_protocol(protocol);
         let client = Client::open(info.set_redis_settings(settings))
             .map_err(|source| Error::InvalidUrl { source })?;
         let deadline = Instant::now() + self.connect_timeout;
-        connect_by(&client, self.setup_replies + 1, deadline).map_err(Error::from_connect)
+        // HELLO, or AUTH, and SELECT: one reply more than the pool's RESP2 setup at most.
+        let conn =
+            connect_by(&client, self.setup_replies + 1, deadline).map_err(Error::from_connect)?;
+        Ok(PubSubConnection::new(
+            conn,
+            protocol == redis::ProtocolVersion::RESP2,
+        ))
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).

@@ -21,6 +21,7 @@ use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
 use crate::pool::Pool;
+use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::topology::Topology;
@@ -177,6 +178,8 @@ pub(crate) struct LockStore {
     /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
     fair_lock_wait_ms: u64,
     response_timeout: Duration,
+    /// What the pub/sub listeners speak (`LockManagerBuilder::pubsub_protocol`).
+    pubsub_protocol: PubSubProtocol,
     /// The latches of this client's releases of each lock whose replies are in hand (usually
     /// one; more when releases overlapped): the next release of that lock deletes them (see
     /// `RELEASE`), so a busy lock leaves a latch or two behind, not one per unlock.
@@ -211,6 +214,7 @@ impl LockStore {
             latch_ttl_ms: config.latch_ttl_ms(),
             fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
             response_timeout: config.response_timeout,
+            pubsub_protocol: config.pubsub_protocol,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
@@ -242,11 +246,19 @@ impl LockStore {
         Ok(store)
     }
 
-    /// Opens a pub/sub listener's own connection (RESP3, not counted against any pool) to the
-    /// master at `addr`, or to the master of `key` when `addr` is `None`.
-    pub(crate) fn connect_listener(&self, key: &str) -> Result<Connection> {
+    /// Opens a pub/sub listener's own connection (RESP3 or RESP2, see
+    /// `LockManagerBuilder::pubsub_protocol`; not counted against any pool) to the master of
+    /// `key`.
+    pub(crate) fn connect_listener(&self, key: &str) -> Result<PubSubConnection> {
         let (pool, _) = self.topology.route(key)?;
-        pool.connect_listener()
+        pool.connect_listener(self.pubsub_protocol)
+    }
+
+    /// [`connect_listener`](Self::connect_listener) to the node at `addr`.
+    pub(crate) fn connect_listener_at(&self, addr: &str) -> Result<PubSubConnection> {
+        self.topology
+            .node(addr)
+            .and_then(|pool| pool.connect_listener(self.pubsub_protocol))
     }
 
     /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
