@@ -38,6 +38,9 @@ pub(crate) struct Pool {
     origin: Origin,
     /// The server refused `HELLO 3`: its pub/sub listener speaks RESP2 (`connect_listener`).
     hello_refused: AtomicBool,
+    /// The server refused a renewal call whose keys span slots (CROSSSLOT: a cluster proxy
+    /// in front of one endpoint): its renewals go one slot per call from then on.
+    split_by_slot: AtomicBool,
 }
 
 struct PoolState {
@@ -150,6 +153,7 @@ impl Pool {
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
             hello_refused: AtomicBool::new(false),
+            split_by_slot: AtomicBool::new(false),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -200,6 +204,17 @@ impl Pool {
         self.replicas_counted
             .lock()
             .is_none_or(|counted| counted.elapsed() > age)
+    }
+
+    /// Whether calls with several keys must keep to one slot here: the server refused one
+    /// that did not with CROSSSLOT ([`splits_by_slot_from_now`](Self::splits_by_slot_from_now)).
+    pub(crate) fn splits_by_slot(&self) -> bool {
+        self.split_by_slot.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that the server refuses calls whose keys span slots; whether it was known.
+    pub(crate) fn splits_by_slot_from_now(&self) -> bool {
+        self.split_by_slot.swap(true, Ordering::Relaxed)
     }
 
     /// Opens a connection that is not counted against the pool, for the pub/sub listener

@@ -749,6 +749,21 @@ impl LockStore {
                     }
                     continue;
                 }
+            } else if time_left && redirects < REDIRECTS_MAX && failed.is_not_local() {
+                // A managed cluster behind one endpoint (ElastiCache Serverless, under load)
+                // sent the script to a node that does not serve its slot. It stopped at its
+                // first key, and every key of a call shares one slot: nothing ran. Asked
+                // again, as after a redirection (the endpoint routes it anew).
+                redirects += 1;
+                log::debug!("{operation} at {}: {failed:?}; asking again", pool.addr());
+                std::thread::sleep(
+                    FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
+                );
+                if self.topology.follows_failovers() {
+                    self.topology.refresh_by(generation, deadline);
+                }
+                (pool, generation) = self.topology.route_by(name, Some(deadline))?;
+                continue;
             } else if time_left && failed.means_topology_changed(self) {
                 // Waiting for a failover or a migration to end is progress, not a loop of
                 // redirections: a slot half-way through a migration answers TRYAGAIN (from
@@ -1088,6 +1103,12 @@ impl Failed {
         err.redirect_node().map(|(addr, _)| (addr.to_owned(), ask))
     }
 
+    /// Whether a script was refused for touching a key its node does not serve (see
+    /// [`is_not_local`]).
+    fn is_not_local(&self) -> bool {
+        matches!(self, Failed::Redis(err) if is_not_local(err))
+    }
+
     /// Whether this means the master moved (a failover, a resharding): nothing ran, and the
     /// command may go to the master found again. Only where masters can move.
     fn means_topology_changed(&self, store: &LockStore) -> bool {
@@ -1182,6 +1203,14 @@ fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
         .find_map(|line| line.strip_prefix("connected_slaves:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0))
+}
+
+/// "Script attempted to access a non local key in a cluster node script": a script sent to a
+/// node that does not serve its keys' slot, which a managed cluster behind one endpoint
+/// (ElastiCache Serverless) answers under load (Redisson #5586, #6718). Told by the words:
+/// the code is a plain `ERR`.
+pub(crate) fn is_not_local(err: &RedisError) -> bool {
+    err.to_string().contains("non local key")
 }
 
 /// The server's error code, also when it came from one command of a pipeline.

@@ -176,3 +176,98 @@ fn a_resp2_listener_hears_sharded_releases_on_a_cluster() {
     }
     assert!(waiter.stats().wakeups >= 3, "{:?}", waiter.stats());
 }
+
+/// Holds of names in different slots, renewed through a cluster proxy that refuses a script
+/// call whose keys span slots: the first sweep's call is refused and sent again cut by slot,
+/// and later sweeps cut it so from the start (one refusal in all); no hold is lost.
+#[test]
+fn renewals_refused_across_slots_are_cut_by_slot_and_stay_cut() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.refuse_cross_slot();
+    let manager = LockManager::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .expect("manager through the proxy");
+    let names = ["crossslot:a", "crossslot:b", "crossslot:c"];
+    let slots: std::collections::HashSet<u16> =
+        names.iter().map(|n| RedisCluster::slot_of(n)).collect();
+    assert_eq!(slots.len(), 3, "the names are in different slots");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| manager.lock(n).expect("lock"))
+        .collect();
+    assert_eq!(proxy.refused(), 0, "acquires keep to one slot");
+    let sweeps = manager.stats().renewal_sweeps;
+    let started = Instant::now();
+    // Renewals every 500 ms of a 1.5 s lease: eight sweeps, and twice the lease, are more
+    // than a hold that is not renewed lives.
+    assert!(support::eventually(Duration::from_secs(30), || {
+        manager.stats().renewal_sweeps >= sweeps + 8 && started.elapsed() > Duration::from_secs(3)
+    }));
+    for guard in &guards {
+        assert!(!guard.is_lost(), "a hold was lost: {:?}", manager.stats());
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(names[0])
+        .query(&mut server.conn())
+        .expect("PTTL");
+    assert!(ttl > 0, "the lock is still on the server: {ttl}");
+    assert_eq!(
+        proxy.refused(),
+        1,
+        "only the first sweep's call was refused"
+    );
+    assert_eq!(manager.stats().renewal_failures, 0, "{:?}", manager.stats());
+    for guard in guards {
+        guard.unlock().expect("unlock");
+    }
+}
+
+/// What ElastiCache Serverless answers under load (Redisson #5586, #6718).
+const NOT_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node script";
+
+/// A script call answered "non local key" is asked again, as after a redirection: an
+/// acquire refused twice takes its lock at the third send, once; a renewal refused once is
+/// sent again in the same sweep.
+#[test]
+fn calls_answered_non_local_key_are_asked_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = LockManager::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .expect("manager through the proxy");
+    proxy.refuse_next("EVALSHA", b"nonlocal:lock", NOT_LOCAL, 2);
+    let guard = manager
+        .lock("nonlocal:lock")
+        .expect("acquired at the third send");
+    assert_eq!(proxy.refused(), 2);
+    assert_eq!(
+        guard.lock().hold_count().expect("hold count"),
+        1,
+        "one hold"
+    );
+
+    let failures = manager.stats().renewal_failures;
+    let sweeps = manager.stats().renewal_sweeps;
+    proxy.refuse_next("EVALSHA", b"nonlocal:lock", NOT_LOCAL, 1);
+    assert!(support::eventually(Duration::from_secs(20), || {
+        proxy.refused() == 3 && manager.stats().renewal_sweeps > sweeps
+    }));
+    assert!(support::eventually(Duration::from_secs(20), || {
+        manager.stats().renewal_sweeps > sweeps + 2
+    }));
+    assert_eq!(
+        manager.stats().renewal_failures,
+        failures,
+        "{:?}",
+        manager.stats()
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().expect("unlock");
+    assert!(!manager
+        .get_lock("nonlocal:lock")
+        .is_locked()
+        .expect("is_locked"));
+}
