@@ -41,6 +41,9 @@ pub(crate) struct Pool {
     /// The server refused a renewal call whose keys span slots (CROSSSLOT: a cluster proxy
     /// in front of one endpoint): its renewals go one slot per call from then on.
     split_by_slot: AtomicBool,
+    /// The server answered `WAIT` as an unknown command (a managed service, a proxy): replica
+    /// sync does not wait there (`LockManagerBuilder::replica_sync`).
+    no_wait: AtomicBool,
 }
 
 struct PoolState {
@@ -154,6 +157,7 @@ impl Pool {
             origin: Origin::current(),
             hello_refused: AtomicBool::new(false),
             split_by_slot: AtomicBool::new(false),
+            no_wait: AtomicBool::new(false),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -204,6 +208,16 @@ impl Pool {
         self.replicas_counted
             .lock()
             .is_none_or(|counted| counted.elapsed() > age)
+    }
+
+    /// Whether the server knows `WAIT` (as far as anyone asked).
+    pub(crate) fn knows_wait(&self) -> bool {
+        !self.no_wait.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that the server does not know `WAIT`; whether it was known.
+    pub(crate) fn knows_no_wait_from_now(&self) -> bool {
+        self.no_wait.swap(true, Ordering::Relaxed)
     }
 
     /// Whether calls with several keys must keep to one slot here: the server refused one

@@ -268,7 +268,7 @@ impl LockStore {
             && self
                 .topology
                 .route(name)
-                .is_ok_and(|(pool, _)| pool.replicas() > 0)
+                .is_ok_and(|(pool, _)| pool.replicas() > 0 && pool.knows_wait())
     }
 
     /// The deployment's topology (for the listener, which follows the masters too).
@@ -949,7 +949,7 @@ impl LockStore {
                 Err(_) => pool.set_replicas(pool.replicas()),
             }
         }
-        if wrote && pool.replicas() > 0 {
+        if wrote && pool.replicas() > 0 && pool.knows_wait() {
             self.wait_for_replicas(pool, conn, operation, timeout)?;
         }
         Ok(())
@@ -1002,6 +1002,19 @@ impl LockStore {
                 replicas,
                 timeout,
             })),
+            // A managed service or proxy without WAIT (ElastiCache Serverless): nothing can
+            // be waited for there, and the write stands, as without replica sync (Redisson
+            // skips WAIT where its probe finds none). Told once; never sent there again.
+            (Err(err), Ok(())) if is_unknown_command(&err) => {
+                if !pool.knows_no_wait_from_now() {
+                    log::warn!(
+                        "{} does not know WAIT ({err}): acquires and releases there do not \
+                         wait for replicas",
+                        pool.addr()
+                    );
+                }
+                Ok(())
+            }
             (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
         }
     }
@@ -1203,6 +1216,11 @@ fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
         .find_map(|line| line.strip_prefix("connected_slaves:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0))
+}
+
+/// An error reply saying that the server does not know the command.
+fn is_unknown_command(err: &RedisError) -> bool {
+    err.code() == Some("ERR") && err.to_string().contains("unknown command")
 }
 
 /// "Script attempted to access a non local key in a cluster node script": a script sent to a

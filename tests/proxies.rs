@@ -271,3 +271,28 @@ fn calls_answered_non_local_key_are_asked_again() {
         .is_locked()
         .expect("is_locked"));
 }
+
+/// With replica sync on (the default), a server with a replica that does not know `WAIT`
+/// (a managed service, a proxy) does not fail acquires: the first refusal turns replica
+/// sync off for that server (documented), and `WAIT` is not sent there again.
+#[test]
+fn a_server_without_wait_gets_no_replica_sync_and_no_failed_acquires() {
+    let (master, _replica) = support::master_with_replica();
+    let proxy = Proxy::start(master.port());
+    proxy.refuse(
+        "WAIT",
+        "ERR unknown command 'WAIT', with args beginning with: '1' '1000' ",
+    );
+    let manager = LockManager::new(&proxy.url()).expect("manager through the proxy");
+    let guard = manager.lock("nowait:first").expect("the acquire stands");
+    assert_eq!(proxy.refused(), 1, "WAIT was tried once");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("nowait:first")
+        .query(&mut master.conn())
+        .expect("EXISTS");
+    assert!(exists, "the hold was not rolled back");
+    guard.unlock().expect("unlock");
+    let again = manager.lock("nowait:second").expect("lock");
+    again.unlock().expect("unlock");
+    assert_eq!(proxy.refused(), 1, "WAIT was not sent again");
+}
