@@ -280,7 +280,10 @@ impl LockManagerBuilder {
     /// On by default. It costs one more round trip per acquire and release, and only where
     /// the master has replicas: on Sentinel and Cluster, and on a single server with
     /// replicas. Replicas are counted with `ROLE` when the manager starts, after a failover,
-    /// and again by an acquire or release when the count is over 10 s old.
+    /// and again by an acquire or release when the count is over 10 s old. A server that
+    /// answers `WAIT` as an unknown command (a managed service or proxy without it) gets no
+    /// replica sync: the write stands, a warning is logged once, and `WAIT` is not sent there
+    /// again.
     pub fn replica_sync(mut self, on: bool) -> Self {
         self.replica_sync = on;
         self
