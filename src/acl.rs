@@ -121,7 +121,8 @@ pub(crate) fn check_subscribe(
     channels: &[&str],
     response_timeout: Duration,
 ) -> Result<()> {
-    let mut conn = pool.connect_listener()?;
+    let mut listener = store.connect_listener_at(pool.addr())?;
+    let conn = listener.raw();
     let probe_error = |source: RedisError| Error::Redis {
         operation: "checking the right to subscribe",
         source,

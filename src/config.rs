@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
+use crate::pubsub_connection::PubSubProtocol;
 
 /// The longest lease or timeout accepted: 100 years (of 365 days), 3,153,600,000,000 ms.
 ///
@@ -98,6 +99,8 @@ pub(crate) struct Config {
     /// Whether acquires and releases wait for a replica's acknowledgement.
     pub(crate) replica_sync: bool,
     pub(crate) replica_sync_timeout: Duration,
+    /// What the pub/sub listeners speak.
+    pub(crate) pubsub_protocol: PubSubProtocol,
 }
 
 /// PEM bytes, shown by `Debug` as their size only.
@@ -152,6 +155,7 @@ pub struct LockManagerBuilder {
     response_timeout: Duration,
     fair_lock_wait_timeout: Duration,
     tls_root_certificate: Option<Vec<u8>>,
+    pubsub_protocol: PubSubProtocol,
 }
 
 #[derive(Clone)]
@@ -189,6 +193,7 @@ impl LockManagerBuilder {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             tls_root_certificate: None,
+            pubsub_protocol: PubSubProtocol::Auto,
         }
     }
 
@@ -275,7 +280,10 @@ impl LockManagerBuilder {
     /// On by default. It costs one more round trip per acquire and release, and only where
     /// the master has replicas: on Sentinel and Cluster, and on a single server with
     /// replicas. Replicas are counted with `ROLE` when the manager starts, after a failover,
-    /// and again by an acquire or release when the count is over 10 s old.
+    /// and again by an acquire or release when the count is over 10 s old. A server that
+    /// answers `WAIT` as an unknown command (a managed service or proxy without it) gets no
+    /// replica sync: the write stands, a warning is logged once, and `WAIT` is not sent there
+    /// again.
     pub fn replica_sync(mut self, on: bool) -> Self {
         self.replica_sync = on;
         self
@@ -286,6 +294,29 @@ impl LockManagerBuilder {
     /// Defaults to 1 s (Redisson's `slavesSyncTimeout`). At least 1 ms.
     pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
         self.replica_sync_timeout = timeout;
+        self
+    }
+
+    /// Which protocol the pub/sub listeners speak on their own connections.
+    ///
+    /// [`PubSubProtocol::Auto`] (the default) speaks RESP3 (`HELLO 3`, Redis 6 and later)
+    /// and falls back to RESP2 on a server that refuses `HELLO`, as ElastiCache's
+    /// configuration endpoint, Redis Enterprise databases with RESP3 off, Envoy and kvrocks
+    /// do. [`Resp3`](PubSubProtocol::Resp3) makes such a server fail
+    /// [`build`](Self::build) instead; [`Resp2`](PubSubProtocol::Resp2) never asks for RESP3.
+    /// Both protocols hear the same messages, sharded ones (`smessage`) included; a RESP2
+    /// listener sends a `PING` per idle half second that RESP3 does without. The command
+    /// connections speak RESP2 either way.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{LockManager, PubSubProtocol};
+    /// let manager = LockManager::builder("redis://envoy.internal:6379/")
+    ///     .pubsub_protocol(PubSubProtocol::Resp2)
+    ///     .build()?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn pubsub_protocol(mut self, protocol: PubSubProtocol) -> Self {
+        self.pubsub_protocol = protocol;
         self
     }
 
@@ -340,6 +371,7 @@ impl LockManagerBuilder {
             tls_root_certificate: self.tls_root_certificate.clone().map(Pem),
             replica_sync: self.replica_sync,
             replica_sync_timeout: self.replica_sync_timeout,
+            pubsub_protocol: self.pubsub_protocol,
         })
     }
 }
@@ -371,6 +403,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("fair_lock_wait_timeout", &self.fair_lock_wait_timeout)
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
+            .field("pubsub_protocol", &self.pubsub_protocol)
             .finish()
     }
 }

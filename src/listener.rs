@@ -1,10 +1,11 @@
-//! One pub/sub listener: a thread with its own RESP3 connection to one master, subscribed to
-//! the channels of that master's waiters (`crate::subscriber` keeps the waiters and routes
+//! One pub/sub listener: a thread with its own connection to one master, subscribed to the
+//! channels of that master's waiters (`crate::subscriber` keeps the waiters and routes
 //! channels to listeners).
 //!
-//! The connection speaks RESP3 so that every message, and every subscription's confirmation,
-//! arrives as a push value: redis-rs' sync `PubSub` reads RESP2, where it drops the
-//! `smessage` of sharded pub/sub (which Redisson uses on a Redis 7 cluster), and discards the
+//! The connection speaks RESP3 where the server allows it, else RESP2
+//! (`crate::pubsub_connection`, which reads both alike): every message, and every
+//! subscription's confirmation, is read here, where redis-rs' sync `PubSub` drops the
+//! `smessage` of sharded pub/sub (which Redisson uses on a Redis 7 cluster) and discards the
 //! replies to SUBSCRIBE, so a refused subscription would look live. Here a subscription counts
 //! as live only once the server confirmed it.
 //!
@@ -21,9 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use redis::{Connection, PushKind, RedisResult, Value};
+use redis::{PushKind, RedisResult, Value};
 
 use crate::names::ChannelKind;
+use crate::pubsub_connection::{Heard, PubSubConnection};
 use crate::subscriber::{Shared, Wake};
 
 /// How long the listener blocks in one read before it looks at requests and shutdown without
@@ -52,17 +54,16 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
     let mut backoff = BACKOFF_FIRST;
     let mut connected_before = false;
     while !shared.is_shutdown() {
-        let connected = shared
-            .store
-            .topology()
-            .node(addr)
-            .and_then(|pool| pool.connect_listener());
+        let connected = shared.store.connect_listener_at(addr);
         let mut conn = match connected {
             Ok(conn) => {
                 if connected_before {
                     shared.store.counters.reconnect();
                 }
                 connected_before = true;
+                if conn.is_resp2() {
+                    log::debug!("pub/sub listener for {addr} speaks RESP2");
+                }
                 conn
             }
             Err(err) => {
@@ -175,8 +176,12 @@ impl Listener<'_> {
     }
 
     /// Serves one connection until shutdown or retirement (`Ok`) or a connection error.
-    fn serve(&mut self, conn: &mut Connection, inbox: &Receiver<Request>) -> RedisResult<Served> {
-        conn.set_read_timeout(Some(TICK))?;
+    fn serve(
+        &mut self,
+        conn: &mut PubSubConnection,
+        inbox: &Receiver<Request>,
+    ) -> RedisResult<Served> {
+        conn.raw().set_read_timeout(Some(TICK))?;
         self.send(conn, "SUBSCRIBE", self.control)?;
 
         // Start from the registry, the truth about who waits; queued requests are covered by it.
@@ -211,11 +216,16 @@ impl Listener<'_> {
                 self.handle(conn, request)?;
             }
             self.retry_unconfirmed(conn)?;
-            match conn.recv_response() {
-                Ok(value) => {
+            match conn.recv() {
+                Ok(Heard::Missed) => {
                     last_traffic = Instant::now();
                     checked = false;
-                    self.received(value);
+                    self.missed(conn)?;
+                }
+                Ok(heard) => {
+                    last_traffic = Instant::now();
+                    checked = false;
+                    self.received(heard);
                 }
                 // Interrupted: the process was stopped and continued (see `pool::connect_by`).
                 // Nothing is wrong with the connection, and what the read got so far stays in
@@ -249,7 +259,7 @@ impl Listener<'_> {
         self.shared.master_of(channel).as_deref() == Some(self.addr)
     }
 
-    fn handle(&mut self, conn: &mut Connection, request: Request) -> RedisResult<()> {
+    fn handle(&mut self, conn: &mut PubSubConnection, request: Request) -> RedisResult<()> {
         match request {
             Request::Subscribe(channel) => {
                 if self.mine.contains(&channel) {
@@ -312,7 +322,7 @@ impl Listener<'_> {
         Ok(())
     }
 
-    fn subscribe(&mut self, conn: &mut Connection, channel: &str) -> RedisResult<()> {
+    fn subscribe(&mut self, conn: &mut PubSubConnection, channel: &str) -> RedisResult<()> {
         let command = if self.sharded() {
             "SSUBSCRIBE"
         } else {
@@ -344,16 +354,38 @@ impl Listener<'_> {
         }
     }
 
-    fn send(&self, conn: &mut Connection, command: &str, channel: &str) -> RedisResult<()> {
+    fn send(&self, conn: &mut PubSubConnection, command: &str, channel: &str) -> RedisResult<()> {
         self.shared.store.counters.sent(1);
-        conn.send_packed_command(&redis::cmd(command).arg(channel).get_packed_command())
+        conn.send(command, channel)
+    }
+
+    /// RESP2 only: a value the server sent was skipped (see `crate::pubsub_connection`). A
+    /// release may have gone unheard, so every waiter of this listener looks again; and a
+    /// confirmation may have been lost, so the unconfirmed subscriptions are sent again
+    /// (a second confirmation of one is ignored).
+    fn missed(&mut self, conn: &mut PubSubConnection) -> RedisResult<()> {
+        log::debug!(
+            "pub/sub listener for {}: a value may have been missed; waiters look again",
+            self.addr
+        );
+        self.shared.wake_waiters_of(self.addr);
+        let command = if self.sharded() {
+            "SSUBSCRIBE"
+        } else {
+            "SUBSCRIBE"
+        };
+        let unconfirmed: Vec<String> = self.pending.keys().cloned().collect();
+        for channel in unconfirmed {
+            self.send(conn, command, &channel)?;
+        }
+        Ok(())
     }
 
     /// A subscription the server has not confirmed within a response timeout was refused or
     /// went to a node that no longer serves the channel's slot (its MOVED error reply may
     /// have been skipped, see the module's notes): ask where the masters are, and subscribe
     /// again where the channel belongs now.
-    fn retry_unconfirmed(&mut self, conn: &mut Connection) -> RedisResult<()> {
+    fn retry_unconfirmed(&mut self, conn: &mut PubSubConnection) -> RedisResult<()> {
         let timeout = self.shared.response_timeout;
         // An unsubscribe answered by an error (MOVED on a cluster, after a resharding) gets no
         // confirmation: after a response timeout the connection is taken to be off the channel.
@@ -452,10 +484,10 @@ impl Listener<'_> {
     }
 
     /// What the server sent: a message, a confirmation, a server-side unsubscribe, an error.
-    fn received(&mut self, value: Value) {
-        let (kind, data) = match value {
-            Value::Push { kind, data } => (kind, data),
-            Value::ServerError(err) => {
+    fn received(&mut self, heard: Heard) {
+        let (kind, data) = match heard {
+            Heard::Push(kind, data) => (kind, data),
+            Heard::Error(err) => {
                 // Which subscription it answers is not said: the late-confirmation check sorts
                 // it out within a response timeout, and logs a subscription really lost. A
                 // MOVED is a slot that moved (a resharding, a failover): routine.

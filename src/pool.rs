@@ -6,7 +6,7 @@
 //! an idle connection or open one up to a limit, wait (bounded) when all are busy, and throw
 //! away a connection whose state is unknown after an I/O error or a timeout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -14,6 +14,7 @@ use redis::{Client, Connection, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::fork::Origin;
+use crate::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
 pub(crate) struct Pool {
     client: Client,
@@ -35,6 +36,14 @@ pub(crate) struct Pool {
     setup_replies: u32,
     /// The process the connections belong to: a child made by fork() gets none of them.
     origin: Origin,
+    /// The server refused `HELLO 3`: its pub/sub listener speaks RESP2 (`connect_listener`).
+    hello_refused: AtomicBool,
+    /// The server refused a renewal call whose keys span slots (CROSSSLOT: a cluster proxy
+    /// in front of one endpoint): its renewals go one slot per call from then on.
+    split_by_slot: AtomicBool,
+    /// The server answered `WAIT` as an unknown command (a managed service, a proxy): replica
+    /// sync does not wait there (`LockManagerBuilder::replica_sync`).
+    no_wait: AtomicBool,
 }
 
 struct PoolState {
@@ -146,6 +155,9 @@ impl Pool {
             replicas_counted: Mutex::new(None),
             setup_replies: setup_replies.max(1),
             origin: Origin::current(),
+            hello_refused: AtomicBool::new(false),
+            split_by_slot: AtomicBool::new(false),
+            no_wait: AtomicBool::new(false),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -198,19 +210,76 @@ impl Pool {
             .is_none_or(|counted| counted.elapsed() > age)
     }
 
-    /// Opens a connection that is not counted against the pool, speaking RESP3: for the
-    /// pub/sub listener, which reads messages as RESP3 push values (`crate::subscriber`).
-    pub(crate) fn connect_listener(&self) -> Result<Connection> {
+    /// Whether the server knows `WAIT` (as far as anyone asked).
+    pub(crate) fn knows_wait(&self) -> bool {
+        !self.no_wait.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that the server does not know `WAIT`; whether it was known.
+    pub(crate) fn knows_no_wait_from_now(&self) -> bool {
+        self.no_wait.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether calls with several keys must keep to one slot here: the server refused one
+    /// that did not with CROSSSLOT ([`splits_by_slot_from_now`](Self::splits_by_slot_from_now)).
+    pub(crate) fn splits_by_slot(&self) -> bool {
+        self.split_by_slot.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that the server refuses calls whose keys span slots; whether it was known.
+    pub(crate) fn splits_by_slot_from_now(&self) -> bool {
+        self.split_by_slot.swap(true, Ordering::Relaxed)
+    }
+
+    /// Opens a connection that is not counted against the pool, for the pub/sub listener
+    /// (`crate::listener`), in the protocol `protocol` asks for: with `Auto`, RESP3 unless
+    /// the server refused `HELLO 3` (then, and from then on, RESP2).
+    pub(crate) fn connect_listener(&self, protocol: PubSubProtocol) -> Result<PubSubConnection> {
         self.origin.check()?;
+        let resp2 = protocol == PubSubProtocol::Resp2
+            || (protocol == PubSubProtocol::Auto && self.hello_refused.load(Ordering::Relaxed));
+        if resp2 {
+            return self.connect_speaking(redis::ProtocolVersion::RESP2);
+        }
+        match self.connect_speaking(redis::ProtocolVersion::RESP3) {
+            Err(Error::Connect { source }) if pubsub_connection::refused_hello(&source) => {
+                if protocol == PubSubProtocol::Resp3 {
+                    return Err(Error::Connect {
+                        source: redis::RedisError::from((
+                            redis::ErrorKind::RESP3NotSupported,
+                            "the server refused HELLO 3, which PubSubProtocol::Resp3 needs",
+                            format!(
+                                "{source}; use PubSubProtocol::Auto or Resp2 for an endpoint \
+                                 without RESP3"
+                            ),
+                        )),
+                    });
+                }
+                log::info!(
+                    "{} refused HELLO 3 ({source}): its pub/sub listener speaks RESP2",
+                    self.addr
+                );
+                self.hello_refused.store(true, Ordering::Relaxed);
+                self.connect_speaking(redis::ProtocolVersion::RESP2)
+            }
+            other => other,
+        }
+    }
+
+    /// A pub/sub connection in `protocol`, within one connect timeout.
+    fn connect_speaking(&self, protocol: redis::ProtocolVersion) -> Result<PubSubConnection> {
         let info = self.client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
+        let settings = info.redis_settings().clone().set_protocol(protocol);
         let client = Client::open(info.set_redis_settings(settings))
             .map_err(|source| Error::InvalidUrl { source })?;
         let deadline = Instant::now() + self.connect_timeout;
-        connect_by(&client, self.setup_replies + 1, deadline).map_err(Error::from_connect)
+        // HELLO, or AUTH, and SELECT: one reply more than the pool's RESP2 setup at most.
+        let conn =
+            connect_by(&client, self.setup_replies + 1, deadline).map_err(Error::from_connect)?;
+        Ok(PubSubConnection::new(
+            conn,
+            protocol == redis::ProtocolVersion::RESP2,
+        ))
     }
 
     /// Opens a connection in at most `timeout` (TCP or TLS handshake and setup commands).

@@ -21,6 +21,7 @@ use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
 use crate::pool::Pool;
+use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::topology::Topology;
@@ -177,6 +178,8 @@ pub(crate) struct LockStore {
     /// How long a fair-lock waiter without a wait limit keeps its place, in ms.
     fair_lock_wait_ms: u64,
     response_timeout: Duration,
+    /// What the pub/sub listeners speak (`LockManagerBuilder::pubsub_protocol`).
+    pubsub_protocol: PubSubProtocol,
     /// The latches of this client's releases of each lock whose replies are in hand (usually
     /// one; more when releases overlapped): the next release of that lock deletes them (see
     /// `RELEASE`), so a busy lock leaves a latch or two behind, not one per unlock.
@@ -211,6 +214,7 @@ impl LockStore {
             latch_ttl_ms: config.latch_ttl_ms(),
             fair_lock_wait_ms: config.fair_lock_wait_timeout_ms,
             response_timeout: config.response_timeout,
+            pubsub_protocol: config.pubsub_protocol,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
@@ -274,6 +278,15 @@ impl LockStore {
         Ok(())
     }
 
+    /// Opens a pub/sub listener's own connection (RESP3 or RESP2, see
+    /// `LockManagerBuilder::pubsub_protocol`; not counted against any pool) to the node at
+    /// `addr`.
+    pub(crate) fn connect_listener_at(&self, addr: &str) -> Result<PubSubConnection> {
+        self.topology
+            .node(addr)
+            .and_then(|pool| pool.connect_listener(self.pubsub_protocol))
+    }
+
     /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
     /// on, and the master has replicas, as last counted).
     pub(crate) fn waits_for_replicas(&self, name: &str) -> bool {
@@ -281,7 +294,7 @@ impl LockStore {
             && self
                 .topology
                 .route(name)
-                .is_ok_and(|(pool, _)| pool.replicas() > 0)
+                .is_ok_and(|(pool, _)| pool.replicas() > 0 && pool.knows_wait())
     }
 
     /// The deployment's topology (for the listener, which follows the masters too).
@@ -761,6 +774,21 @@ impl LockStore {
                     }
                     continue;
                 }
+            } else if time_left && redirects < REDIRECTS_MAX && failed.is_not_local() {
+                // A managed cluster behind one endpoint (ElastiCache Serverless, under load)
+                // sent the script to a node that does not serve its slot. It stopped at its
+                // first key, and every key of a call shares one slot: nothing ran. Asked
+                // again, as after a redirection (the endpoint routes it anew).
+                redirects += 1;
+                log::debug!("{operation} at {}: {failed:?}; asking again", pool.addr());
+                std::thread::sleep(
+                    FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
+                );
+                if self.topology.follows_failovers() {
+                    self.topology.refresh_by(generation, deadline);
+                }
+                (pool, generation) = self.topology.route_by(name, Some(deadline))?;
+                continue;
             } else if time_left && failed.means_topology_changed(self) {
                 // Waiting for a failover or a migration to end is progress, not a loop of
                 // redirections: a slot half-way through a migration answers TRYAGAIN (from
@@ -954,7 +982,7 @@ impl LockStore {
                 Err(_) => pool.set_replicas(pool.replicas()),
             }
         }
-        if wrote && pool.replicas() > 0 {
+        if wrote && pool.replicas() > 0 && pool.knows_wait() {
             self.wait_for_replicas(pool, conn, operation, timeout)?;
         }
         Ok(())
@@ -1007,6 +1035,19 @@ impl LockStore {
                 replicas,
                 timeout,
             })),
+            // A managed service or proxy without WAIT (ElastiCache Serverless): nothing can
+            // be waited for there, and the write stands, as without replica sync (Redisson
+            // skips WAIT where its probe finds none). Told once; never sent there again.
+            (Err(err), Ok(())) if is_unknown_command(&err) => {
+                if !pool.knows_no_wait_from_now() {
+                    log::warn!(
+                        "{} does not know WAIT ({err}): acquires and releases there do not \
+                         wait for replicas",
+                        pool.addr()
+                    );
+                }
+                Ok(())
+            }
             (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
         }
     }
@@ -1108,6 +1149,12 @@ impl Failed {
         err.redirect_node().map(|(addr, _)| (addr.to_owned(), ask))
     }
 
+    /// Whether a script was refused for touching a key its node does not serve (see
+    /// [`is_not_local`]).
+    fn is_not_local(&self) -> bool {
+        matches!(self, Failed::Redis(err) if is_not_local(err))
+    }
+
     /// Whether this means the master moved (a failover, a resharding): nothing ran, and the
     /// command may go to the master found again. Only where masters can move.
     fn means_topology_changed(&self, store: &LockStore) -> bool {
@@ -1202,6 +1249,19 @@ fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
         .find_map(|line| line.strip_prefix("connected_slaves:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0))
+}
+
+/// An error reply saying that the server does not know the command.
+fn is_unknown_command(err: &RedisError) -> bool {
+    err.code() == Some("ERR") && err.to_string().contains("unknown command")
+}
+
+/// "Script attempted to access a non local key in a cluster node script": a script sent to a
+/// node that does not serve its keys' slot, which a managed cluster behind one endpoint
+/// (ElastiCache Serverless) answers under load (Redisson #5586, #6718). Told by the words:
+/// the code is a plain `ERR`.
+pub(crate) fn is_not_local(err: &RedisError) -> bool {
+    err.to_string().contains("non local key")
 }
 
 /// The server's error code, also when it came from one command of a pipeline.

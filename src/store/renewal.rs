@@ -10,6 +10,11 @@
 //!   the server lost) costs that call's entries, never the whole master's.
 //! - Calls redirected by MOVED or ASK, or refused with NOSCRIPT, are sent once more in the
 //!   same sweep, to the node named (after `ASKING` for ASK) or with the script loaded.
+//! - A call refused with CROSSSLOT (a cluster proxy in front of one endpoint, which wants a
+//!   script's keys in one slot) is sent again in the same sweep cut into one call per slot,
+//!   and that endpoint's calls are cut by slot from then on (`Pool::splits_by_slot`).
+//! - A call refused with "non local key" (a managed cluster behind one endpoint, under load:
+//!   nothing ran) is sent again in the same sweep, as after a redirection.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -17,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
-use super::{is_broken, is_dead_connection, LockStore};
+use super::{is_broken, is_dead_connection, is_not_local, LockStore};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledConnection};
 
@@ -49,6 +54,10 @@ enum CallOutcome {
     Redirected(String, bool),
     /// The server has no such script (a restart, a failover to a node that never loaded it).
     NoScript,
+    /// The keys span slots, which the server (a cluster proxy) refuses.
+    CrossSlot(RedisError),
+    /// The endpoint sent the script to a node that does not serve its keys: ask again.
+    NotLocal,
     /// Any other error reply: the entries are tried again at the next sweep.
     Refused(RedisError),
 }
@@ -120,7 +129,8 @@ impl LockStore {
     }
 
     /// The batch's entries grouped by their master in `map`, and cut into calls: at most
-    /// `per_call` entries each, and on a cluster all of one slot.
+    /// `per_call` entries each, and on a cluster (or an endpoint that refused a call across
+    /// slots) all of one slot.
     fn renewal_targets(
         &self,
         map: &crate::topology::Map,
@@ -138,11 +148,12 @@ impl LockStore {
                 None => groups.push((Arc::clone(pool), vec![i])),
             }
         }
-        let slot_of = |i: usize| cluster.then(|| crate::slot::of(batch[i].0.as_bytes()));
         groups
             .into_iter()
             .map(|(pool, mut entries)| {
-                if cluster {
+                let by_slot = cluster || pool.splits_by_slot();
+                let slot_of = |i: usize| by_slot.then(|| crate::slot::of(batch[i].0.as_bytes()));
+                if by_slot {
                     entries.sort_by_key(|&i| slot_of(i));
                 }
                 let mut calls: Vec<Vec<usize>> = Vec::new();
@@ -397,6 +408,36 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                     }
                 }
                 CallOutcome::NoScript => no_script.push(call.clone()),
+                CallOutcome::NotLocal => {
+                    if self.store.topology.follows_failovers() {
+                        self.refresh.set(true);
+                    }
+                    again.push(Again {
+                        pool: Arc::clone(&target.pool),
+                        asking: target.asking,
+                        call: call.clone(),
+                    });
+                }
+                CallOutcome::CrossSlot(err) => match self.by_slot(call) {
+                    Some(calls) => {
+                        if !target.pool.splits_by_slot_from_now() {
+                            log::info!(
+                                "lock renewal at {}: calls across slots are refused ({err}); \
+                                 renewing one slot per call there",
+                                target.pool.addr()
+                            );
+                        }
+                        again.extend(calls.into_iter().map(|call| Again {
+                            pool: Arc::clone(&target.pool),
+                            asking: target.asking,
+                            call,
+                        }));
+                    }
+                    None => {
+                        let (count, _) = refused.get_or_insert((0, err));
+                        *count += call.len();
+                    }
+                },
                 CallOutcome::Refused(err) => {
                     let (count, _) = refused.get_or_insert((0, err));
                     *count += call.len();
@@ -419,6 +460,20 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                 target.pool.addr()
             );
         }
+    }
+
+    /// `call` cut into one call per slot of its keys, or `None` when it has one slot only
+    /// (a CROSSSLOT for it is not about slots).
+    fn by_slot(&self, call: &[usize]) -> Option<Vec<Vec<usize>>> {
+        let mut calls: Vec<(u16, Vec<usize>)> = Vec::new();
+        for &i in call {
+            let slot = crate::slot::of(self.batch[i].0.as_bytes());
+            match calls.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, entries)) => entries.push(i),
+                None => calls.push((slot, vec![i])),
+            }
+        }
+        (calls.len() > 1).then(|| calls.into_iter().map(|(_, call)| call).collect())
     }
 
     /// Loads the script on `conn` (the server lost it: a restart, a failover), within the
@@ -497,6 +552,8 @@ impl CallOutcome {
                 None => CallOutcome::Refused(err),
             },
             Some("NOSCRIPT") => CallOutcome::NoScript,
+            Some("CROSSSLOT") => CallOutcome::CrossSlot(err),
+            _ if is_not_local(&err) => CallOutcome::NotLocal,
             _ => CallOutcome::Refused(err),
         }
     }
