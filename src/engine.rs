@@ -645,9 +645,14 @@ impl Engine {
         self.line.acquired(keys, thread, request.fixed);
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
-        let status =
-            self.holds
-                .register(attempter.kind, keys, thread, renewed, attempter.sent, lease);
+        let status = self.holds.register(
+            attempter.kind,
+            keys,
+            thread,
+            (renewed, request.max_hold),
+            attempter.sent,
+            lease,
+        );
         Held {
             kind: attempter.kind,
             thread,

@@ -147,6 +147,9 @@ struct Hold {
     fixed: u32,
     /// When the next renewal is due; `None` while no guard asks for renewal.
     due: Option<Instant>,
+    /// When renewals stop (the earliest `AcquireOptions::max_hold` of its guards); `None`:
+    /// renewed while a guard asks for it.
+    renew_until: Option<Instant>,
     status: Arc<HoldStatus>,
 }
 
@@ -206,13 +209,14 @@ impl Holds {
     }
 
     /// Records one more hold of `thread` on `keys`, whose lease of `lease` was confirmed by a
-    /// request sent at `sent`; `renewed` ones are renewed from now on.
+    /// request sent at `sent`; `renewed` ones are renewed from now on, for at most
+    /// `renew_for` when it is given.
     pub(crate) fn register(
         &self,
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         thread: u64,
-        renewed: bool,
+        (renewed, renew_for): (bool, Option<Duration>),
         sent: BootInstant,
         lease: Duration,
     ) -> Arc<HoldStatus> {
@@ -222,6 +226,7 @@ impl Holds {
             renewed: 0,
             fixed: 0,
             due: None,
+            renew_until: None,
             status: Arc::new(HoldStatus::default()),
         });
         // Every acquire (a re-entry too) sets the key's TTL afresh.
@@ -232,6 +237,9 @@ impl Holds {
             hold.renewed += 1;
             if hold.due.is_none() {
                 hold.due = Some(Instant::now() + self.period);
+            }
+            if let Some(until) = renew_for.and_then(|d| Instant::now().checked_add(d)) {
+                hold.renew_until = Some(hold.renew_until.map_or(until, |u| u.min(until)));
             }
         } else {
             hold.fixed += 1;
@@ -358,6 +366,7 @@ impl Holds {
             }
             self.expire_overdue(&mut state);
             let now = Instant::now();
+            stop_capped_renewals(&mut state, now);
             let next_due = state.holds.values().filter_map(|hold| hold.due).min();
             if next_due.is_some_and(|due| due <= now) {
                 // Holds due soon go along: one round trip instead of several.
@@ -471,6 +480,16 @@ impl Holds {
     }
 }
 
+/// Holds whose renewals are capped (`AcquireOptions::max_hold`) and old enough are renewed no
+/// more: they end with the lease they have, and `expire_overdue` then reports them lost.
+fn stop_capped_renewals(state: &mut State, now: Instant) {
+    for hold in state.holds.values_mut() {
+        if hold.renew_until.is_some_and(|until| until <= now) && hold.due.is_some() {
+            hold.due = None;
+        }
+    }
+}
+
 /// The instant (on the clock threads sleep by) at which `deadline` (boot clock) comes.
 fn boot_to_instant(deadline: BootInstant) -> Instant {
     Instant::now() + deadline.saturating_since(BootInstant::now())
@@ -490,12 +509,26 @@ mod tests {
         );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
         let lease = Duration::from_secs(30);
-        let older = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let older = holds.register(
+            &REENTRANT,
+            &keys,
+            1,
+            (true, None),
+            BootInstant::now(),
+            lease,
+        );
         let sweep = holds.next_sweep().expect("a renewal is due after 10 ms");
         // Released and taken again while the sweep was in flight; the sweep ran in between
         // and found no hold.
         holds.unregister(&REENTRANT, &keys, 1, true, &older);
-        let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let newer = holds.register(
+            &REENTRANT,
+            &keys,
+            1,
+            (true, None),
+            BootInstant::now(),
+            lease,
+        );
         holds.finish_sweep(sweep, vec![Some(false)]);
         assert!(!newer.is_lost(), "the newer hold is not the one found gone");
         assert_eq!(holds.renewing_count(), 1);
@@ -510,13 +543,27 @@ mod tests {
         );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
         let lease = Duration::from_secs(30);
-        let older = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let older = holds.register(
+            &REENTRANT,
+            &keys,
+            1,
+            (true, None),
+            BootInstant::now(),
+            lease,
+        );
         holds.forget("holds:test");
         assert!(older.is_lost());
         let unregistered = holds.unregister(&REENTRANT, &keys, 1, true, &older);
         assert!(matches!(unregistered, Unregistered::Lost { newer: false }));
         // Taken again by the same thread: a hold of its own.
-        let newer = holds.register(&REENTRANT, &keys, 1, true, BootInstant::now(), lease);
+        let newer = holds.register(
+            &REENTRANT,
+            &keys,
+            1,
+            (true, None),
+            BootInstant::now(),
+            lease,
+        );
         assert!(!Arc::ptr_eq(&older, &newer) && !newer.is_lost());
         let unregistered = holds.unregister(&REENTRANT, &keys, 1, true, &older);
         assert!(matches!(unregistered, Unregistered::Lost { newer: true }));

@@ -46,8 +46,10 @@
 //! | `tryLock(wait, lease, unit)` | [`LockManager::try_lock_with_lease`] | up to `wait` | fixed |
 //!
 //! Each of them is a shorthand for [`Lock::acquire`] / [`LockManager::acquire`], which take
-//! an [`AcquireOptions`]: a wait limit, a [`Lease`] (watchdog or fixed) and whether to take a
-//! fencing token, in any combination. `acquire` returns `None` when the wait passed.
+//! an [`AcquireOptions`]: a wait limit, a [`Lease`] (watchdog or fixed), whether to take a
+//! fencing token, and a cap on the watchdog's renewals
+//! ([`max_hold`](AcquireOptions::max_hold): a thread stuck with the lock keeps it no longer),
+//! in any combination. `acquire` returns `None` when the wait passed.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::{check_wait, to_millis};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How long a hold lasts unless released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,6 +44,7 @@ pub struct AcquireOptions {
     wait: Option<Duration>,
     lease: Lease,
     fenced: bool,
+    max_hold: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -71,6 +72,38 @@ impl AcquireOptions {
         self
     }
 
+    /// Renew the lease for at most `max_hold` (watchdog leases only): once the hold is that
+    /// old, the watchdog stops renewing it, and it ends with the lease it has then (within
+    /// one watchdog timeout), reported lost to its guard ([`LockGuard::is_lost`],
+    /// [`LockGuard::lost_signal`]). A thread stuck while holding the lock then keeps it no
+    /// longer than this. With re-entries, the earliest end of any of the thread's holds of
+    /// the lock counts. At least 1 ms; not with a fixed lease, which is never renewed.
+    ///
+    /// [`LockGuard::is_lost`]: crate::LockGuard::is_lost
+    /// [`LockGuard::lost_signal`]: crate::LockGuard::lost_signal
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_rlock::{AcquireOptions, LockManager};
+    ///
+    /// let manager = LockManager::new("redis://127.0.0.1/")?;
+    /// let options = AcquireOptions::new().max_hold(Duration::from_secs(600));
+    /// let guard = manager.acquire("nightly-report", options)?.expect("waits without limit");
+    /// // ... at most ten minutes (and one watchdog timeout) of work under the lock ...
+    /// guard.unlock()?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The cap on renewals ([`max_hold`](Self::max_hold)); `None`: renewed while the guard
+    /// lives.
+    pub fn max_hold_limit(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
     /// The wait limit; `None` waits without limit.
     pub fn wait_limit(&self) -> Option<Duration> {
         self.wait
@@ -95,6 +128,16 @@ impl AcquireOptions {
         if let Some(wait) = self.wait {
             check_wait(wait)?;
         }
+        if let Some(max_hold) = self.max_hold {
+            to_millis("max hold", max_hold)?;
+            if fixed.is_some() {
+                return Err(Error::invalid(
+                    "max hold",
+                    "a fixed lease is never renewed, so there are no renewals to cap: \
+                     use a shorter lease, or the watchdog lease with max_hold",
+                ));
+            }
+        }
         Ok(Request {
             deadline: self.wait.map(|wait| Instant::now() + wait),
             wait_ms: self.wait.map(|wait| wait.as_millis() as u64),
@@ -102,6 +145,7 @@ impl AcquireOptions {
             lease_ms,
             fixed,
             fenced: self.fenced,
+            max_hold: self.max_hold,
         })
     }
 }
@@ -120,6 +164,8 @@ pub(crate) struct Request {
     /// The fixed lease; `None` when the watchdog renews.
     pub(crate) fixed: Option<Duration>,
     pub(crate) fenced: bool,
+    /// How long the watchdog renews the hold at most (`None`: while the guard lives).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 impl Request {
