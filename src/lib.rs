@@ -289,6 +289,7 @@
 
 mod acl;
 mod attempt_id;
+mod cancel;
 mod clock;
 mod config;
 mod count_down_latch;
@@ -320,6 +321,7 @@ mod scripts;
 mod semaphore;
 mod slot;
 mod stats;
+mod stop;
 mod store;
 mod subscriber;
 mod threads;
@@ -345,6 +347,7 @@ pub mod lua {
     };
 }
 
+pub use cancel::CancelToken;
 pub use config::LockManagerBuilder;
 pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
@@ -353,7 +356,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
 pub use multi_lock::{MultiLock, MultiLockGuard};
-pub use options::{AcquireOptions, Lease};
+pub use options::{AcquireOptions, Lease, WaitOptions};
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
