@@ -34,6 +34,11 @@
 #include <stdint.h>
 
 /**
+ * `wait_ms` of the option structs: wait as long as it takes.
+ */
+#define REDIS_RLOCK_WAIT_FOREVER UINT64_MAX
+
+/**
  * The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
  * permits in a Java int.
  */
@@ -77,7 +82,30 @@ typedef enum {
    * The operating system refused a resource, such as a background thread.
    */
   REDIS_RLOCK_SYSTEM_ERROR = 6,
+  /**
+   * The call's cancel token (`redis_rlock_cancel_token_cancel`) was cancelled before it
+   * returned, or before it was made (nothing was sent then); nothing was left held.
+   */
+  REDIS_RLOCK_CANCELLED = 7,
+  /**
+   * The manager was shut down (`redis_rlock_manager_shutdown`, or
+   * `redis_rlock_manager_free` from another thread) before the call returned, or before it
+   * was made (nothing was sent then); nothing was left held.
+   */
+  REDIS_RLOCK_SHUTDOWN = 8,
 } redis_rlock_result;
+
+/**
+ * A cancellation flag: `redis_rlock_cancel_token_cancel` makes every call it was given to
+ * (through `redis_rlock_lock_options.cancel` or `redis_rlock_wait_options.cancel`) return
+ * `REDIS_RLOCK_CANCELLED` within milliseconds, holding nothing. A call given a token already
+ * cancelled fails at once and sends nothing. Once cancelled it stays so.
+ *
+ * Thread-safe: any thread may cancel it while others wait. A call copies what it needs of
+ * the token when it starts, so the token may be freed once the calls given it have started;
+ * the simplest rule is to free it after they returned.
+ */
+typedef struct redis_rlock_cancel_token redis_rlock_cancel_token;
 
 /**
  * One hold on a lock, owned by the caller until `redis_rlock_unlock` or
@@ -98,6 +126,47 @@ typedef struct redis_rlock_guard redis_rlock_guard;
  * `REDIS_RLOCK_INVALID_ARGUMENT` and sends nothing, and `redis_rlock_manager_free` is safe.
  */
 typedef struct redis_rlock_manager redis_rlock_manager;
+
+/**
+ * How a lock is acquired by `redis_rlock_acquire` (and the fair, read and write variants).
+ * Start from `redis_rlock_lock_options_default()`.
+ */
+typedef struct {
+  /**
+   * How long to wait at most, in ms: 0 makes one attempt; `REDIS_RLOCK_WAIT_FOREVER` (the
+   * default) waits as long as it takes.
+   */
+  uint64_t wait_ms;
+  /**
+   * A fixed lease in ms, never renewed; 0 (the default): the watchdog's lease, renewed
+   * while the guard lives.
+   */
+  uint64_t lease_ms;
+  /**
+   * Take a fencing token (`redis_rlock_guard_fencing_token`); not for read locks.
+   */
+  bool fenced;
+  /**
+   * NULL (the default) or a token whose cancel ends the wait (`REDIS_RLOCK_CANCELLED`).
+   */
+  const redis_rlock_cancel_token *cancel;
+} redis_rlock_lock_options;
+
+/**
+ * What a wait for permits (`redis_rlock_semaphore_acquire_with`) asks for. Start from
+ * `redis_rlock_wait_options_default()`.
+ */
+typedef struct {
+  /**
+   * How long to wait at most, in ms: 0 makes one attempt; `REDIS_RLOCK_WAIT_FOREVER` (the
+   * default) waits as long as it takes.
+   */
+  uint64_t wait_ms;
+  /**
+   * NULL (the default) or a token whose cancel ends the wait (`REDIS_RLOCK_CANCELLED`).
+   */
+  const redis_rlock_cancel_token *cancel;
+} redis_rlock_wait_options;
 
 /**
  * Settings for `redis_rlock_manager_new_with_options`. A field left 0 takes its default; start
@@ -227,6 +296,48 @@ const char *redis_rlock_result_str(int result);
 const char *redis_rlock_version(void);
 
 /**
+ * A new token, not cancelled; free it with `redis_rlock_cancel_token_free`. Never NULL.
+ */
+redis_rlock_cancel_token *redis_rlock_cancel_token_new(void);
+
+/**
+ * Cancels `t`: every call waiting with it returns `REDIS_RLOCK_CANCELLED`, and later calls
+ * given it fail so at once. Idempotent; does not block. NULL is ignored.
+ *
+ * # Safety
+ * `t` is NULL or a token from `redis_rlock_cancel_token_new` not yet freed.
+ */
+void redis_rlock_cancel_token_cancel(const redis_rlock_cancel_token *t);
+
+/**
+ * Whether `t` was cancelled (false for NULL).
+ *
+ * # Safety
+ * As for `redis_rlock_cancel_token_cancel`.
+ */
+bool redis_rlock_cancel_token_is_cancelled(const redis_rlock_cancel_token *t);
+
+/**
+ * Frees a token (NULL is ignored). Calls that started with it are not affected: free it
+ * after cancelling, not instead.
+ *
+ * # Safety
+ * `t` is NULL or a token from `redis_rlock_cancel_token_new` not yet freed, and no call
+ * given it is starting on another thread.
+ */
+void redis_rlock_cancel_token_free(redis_rlock_cancel_token *t);
+
+/**
+ * Wait as long as it takes, the watchdog's lease, no fencing token, no cancel token.
+ */
+redis_rlock_lock_options redis_rlock_lock_options_default(void);
+
+/**
+ * Wait as long as it takes, no cancel token.
+ */
+redis_rlock_wait_options redis_rlock_wait_options_default(void);
+
+/**
  * Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
  * first come, first served. The watchdog renews the lease until the guard is unlocked or
  * freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
@@ -241,6 +352,18 @@ redis_rlock_result redis_rlock_fair_lock(redis_rlock_manager *m,
                                          redis_rlock_guard **out);
 
 /**
+ * Acquires the fair lock `name` as `opts` say, as `redis_rlock_acquire` does (a cancelled or
+ * shut-down wait leaves the queue).
+ *
+ * # Safety
+ * As for `redis_rlock_acquire`.
+ */
+redis_rlock_result redis_rlock_fair_acquire(redis_rlock_manager *m,
+                                            const char *name,
+                                            const redis_rlock_lock_options *opts,
+                                            redis_rlock_guard **out);
+
+/**
  * Tries to acquire the fair lock `name` for up to `wait_ms` milliseconds (0: one attempt,
  * without queueing), with the watchdog; while waiting it keeps its place in the queue.
  * `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed (it has then left the
@@ -253,6 +376,20 @@ redis_rlock_result redis_rlock_fair_try_lock(redis_rlock_manager *m,
                                              const char *name,
                                              uint64_t wait_ms,
                                              redis_rlock_guard **out);
+
+/**
+ * Acquires `name` as `opts` say (NULL: the defaults of `redis_rlock_lock_options_default`):
+ * a wait limit, a fixed lease, a fencing token, and a cancel token that ends the wait with
+ * `REDIS_RLOCK_CANCELLED`. `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed;
+ * `REDIS_RLOCK_SHUTDOWN` when the manager was shut down. Ownership as for `redis_rlock_lock`.
+ *
+ * # Safety
+ * As for `redis_rlock_lock`; `opts` is NULL or valid, and its `cancel` NULL or a live token.
+ */
+redis_rlock_result redis_rlock_acquire(redis_rlock_manager *m,
+                                       const char *name,
+                                       const redis_rlock_lock_options *opts,
+                                       redis_rlock_guard **out);
 
 /**
  * Waits as long as it takes to acquire `name`; the watchdog renews the lease until the guard
@@ -453,15 +590,32 @@ redis_rlock_result redis_rlock_manager_new_with_options(const char *url,
                                                         redis_rlock_manager **out);
 
 /**
+ * Shuts `m` down: every call waiting on it, in any thread (locks of every kind, semaphore
+ * permits), returns `REDIS_RLOCK_SHUTDOWN` within milliseconds, holding nothing, and every
+ * later acquire on it fails so without sending anything. Guards taken before keep working:
+ * they unlock, and the watchdog renews them until then. Releases and inspection calls still
+ * run. Idempotent; does not block. NULL is ignored.
+ *
+ * # Safety
+ * `m` is NULL or a live manager.
+ */
+void redis_rlock_manager_shutdown(const redis_rlock_manager *m);
+
+/**
  * Frees a manager. NULL is ignored.
+ *
+ * Other threads may be blocked in calls on `m` meanwhile: it shuts `m` down first (as
+ * `redis_rlock_manager_shutdown`), so they return `REDIS_RLOCK_SHUTDOWN`, waits for every
+ * call in flight on `m` to return (within a response timeout: a call may be in the middle
+ * of a round trip), and only then frees it. No call on `m` may *start* once this was called.
  *
  * Guards still alive keep what they need, so they stay valid and may be unlocked or freed
  * later; the manager's threads stop and its connections close when the last of them is gone.
  * Do not use `m` afterwards.
  *
  * In a child made by fork() after `m` was created, this returns normally without stopping
- * anything or sending anything: the threads and connections are the parent's, and its copy is
- * left untouched (the child's memory of it is not reclaimed).
+ * anything, waiting or sending anything: the threads and connections are the parent's, and
+ * its copy is left untouched (the child's memory of it is not reclaimed).
  *
  * # Safety
  * `m` is NULL or a manager from `redis_rlock_manager_new*` that was not freed yet.
@@ -520,6 +674,29 @@ redis_rlock_result redis_rlock_write_try_lock(redis_rlock_manager *m,
                                               const char *name,
                                               uint64_t wait_ms,
                                               redis_rlock_guard **out);
+
+/**
+ * Takes a read hold on `name` as `opts` say, as `redis_rlock_acquire` does (`fenced` is
+ * refused: read holds take no fencing token).
+ *
+ * # Safety
+ * As for `redis_rlock_acquire`.
+ */
+redis_rlock_result redis_rlock_read_acquire(redis_rlock_manager *m,
+                                            const char *name,
+                                            const redis_rlock_lock_options *opts,
+                                            redis_rlock_guard **out);
+
+/**
+ * Takes the write lock of `name` as `opts` say, as `redis_rlock_acquire` does.
+ *
+ * # Safety
+ * As for `redis_rlock_acquire`.
+ */
+redis_rlock_result redis_rlock_write_acquire(redis_rlock_manager *m,
+                                             const char *name,
+                                             const redis_rlock_lock_options *opts,
+                                             redis_rlock_guard **out);
 
 /**
  * Creates the semaphore `name` with `permits` free permits (0 allowed) if it does not exist.
@@ -586,6 +763,22 @@ redis_rlock_result redis_rlock_semaphore_release(redis_rlock_manager *m,
 redis_rlock_result redis_rlock_semaphore_available_permits(redis_rlock_manager *m,
                                                            const char *name,
                                                            uint64_t *permits);
+
+/**
+ * Takes `permits` permits of the semaphore `name` as `opts` say (NULL: wait as long as it
+ * takes, no cancel token). `REDIS_RLOCK_OK` with `*acquired` telling whether it took them
+ * (false: the wait passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+ * `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with no permit taken.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+ * or valid, and its `cancel` NULL or a live token; `acquired` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_semaphore_acquire_with(redis_rlock_manager *m,
+                                                      const char *name,
+                                                      uint32_t permits,
+                                                      const redis_rlock_wait_options *opts,
+                                                      bool *acquired);
 
 /**
  * Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics

@@ -19,6 +19,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{check_name, count_down_latch_channel, shown};
+use crate::options::WaitOptions;
 
 /// Published when the count reaches zero: every waiter may go (Redisson's message).
 const ZERO_MESSAGE: &str = "0";
@@ -173,7 +174,49 @@ impl CountDownLatch {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         let engine = self.engine()?;
         let deadline = deadline_after(timeout)?;
-        wait_on_channel(engine, &self.name, &self.channel(), Some(deadline), || {
+        self.wait_until(engine, Some(deadline), None)
+    }
+
+    /// Waits as long as it takes for the count to reach zero (Redisson's `await()`). Ends
+    /// early only with an error, or with [`Error::Shutdown`] when the manager is shut down;
+    /// [`wait_with`](Self::wait_with) also takes a [`CancelToken`](crate::CancelToken).
+    pub fn wait_for_zero(&self) -> Result<()> {
+        let engine = self.engine()?;
+        self.wait_until(engine, None, None).map(drop)
+    }
+
+    /// Waits as `options` say: for its wait limit (none: as long as it takes), unless its
+    /// [`CancelToken`](crate::CancelToken) is cancelled or the manager shut down first
+    /// ([`Error::Cancelled`], [`Error::Shutdown`]). `true` once the count is zero, `false`
+    /// when the wait passed first.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{CancelToken, LockManager, WaitOptions};
+    /// # let manager = LockManager::new("redis://127.0.0.1/")?;
+    /// let token = CancelToken::new();
+    /// let ready = manager.get_count_down_latch("batch:42:ready");
+    /// // `token.cancel()` from another thread ends the wait with `Error::Cancelled`.
+    /// match ready.wait_with(&WaitOptions::new().cancel_token(&token)) {
+    ///     Ok(_) => println!("all done"),
+    ///     Err(err) if err.is_cancelled() => println!("no longer waiting"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn wait_with(&self, options: &WaitOptions) -> Result<bool> {
+        let engine = self.engine()?;
+        let deadline = options.deadline()?;
+        self.wait_until(engine, deadline, options.token())
+    }
+
+    fn wait_until(
+        &self,
+        engine: &Engine,
+        deadline: Option<std::time::Instant>,
+        token: Option<&crate::CancelToken>,
+    ) -> Result<bool> {
+        let stop = engine.stop(&self.name, token);
+        wait_on_channel(engine, &self.name, &self.channel(), deadline, &stop, || {
             Ok(self.read_count(engine)? == 0)
         })
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::outage::Outage;
+use crate::stop::Stop;
 
 /// How long a waiter sleeps at most between two looks when no message comes. Redisson does
 /// not poll at all; a second keeps the cost of a lost message bounded, and one request per
@@ -27,23 +28,27 @@ const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 /// second right after, which closes the race with a message published before the
 /// subscription. A waiter rides out Redis not answering for the outage grace
 /// (`crate::outage`), as a lock's waiter does; an error before it waited, or any other error,
-/// is returned at once.
+/// is returned at once. `stop` ends the wait with its error (before the first attempt, if it
+/// is stopped already: nothing is sent then).
 pub(crate) fn wait_on_channel(
     engine: &Engine,
     name: &str,
     channel: &str,
     deadline: Option<Instant>,
+    stop: &Stop,
     mut attempt: impl FnMut() -> Result<bool>,
 ) -> Result<bool> {
+    stop.check()?;
     if attempt()? {
         return Ok(true);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Ok(false);
     }
-    let subscription = engine.subscribe(channel, deadline);
+    let subscription = engine.subscribe(channel, deadline, stop);
     let mut outage = Outage::of(engine);
     loop {
+        stop.check()?;
         let mut sleep = POLL;
         match attempt() {
             Ok(true) => return Ok(true),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::attempt_id::AttemptId;
+use crate::cancel::CancelToken;
 use crate::clock::BootInstant;
 use crate::config::Config;
 use crate::endpoints::Endpoints;
@@ -29,6 +30,7 @@ use crate::options::Request;
 use crate::outage::Outage;
 use crate::owner::{current_thread_number, owner_field};
 use crate::stats::Stats;
+use crate::stop::Stop;
 use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
 use crate::subscriber::{Subscriber, Subscription};
 use crate::watchdog::Watchdog;
@@ -70,6 +72,8 @@ pub(crate) struct Engine {
     /// The process that made the engine: its connections, client id and thread numbers are
     /// that process's, so a forked child must not use them.
     origin: Origin,
+    /// Cancelled by [`crate::LockManager::shutdown`]: every wait of this manager watches it.
+    shutdown: CancelToken,
 }
 
 /// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
@@ -199,7 +203,26 @@ impl Engine {
             client_id,
             config,
             origin: Origin::current(),
+            shutdown: CancelToken::new(),
         })
+    }
+
+    /// Ends every wait of this manager, now and later (see [`crate::LockManager::shutdown`]).
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.cancel();
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn shutdown_token(&self) -> &CancelToken {
+        &self.shutdown
+    }
+
+    /// What ends a call on `name` of this manager: its shutdown, and the caller's `token`.
+    pub(crate) fn stop(&self, name: &str, token: Option<&CancelToken>) -> Stop {
+        Stop::new(name, &self.shutdown, token)
     }
 
     /// Registers the calling thread as a waiter on `channel`, for kinds that wait without a
@@ -209,8 +232,9 @@ impl Engine {
         &self,
         channel: &str,
         deadline: Option<Instant>,
+        stop: &Stop,
     ) -> crate::subscriber::Subscription {
-        self.subscriber.subscribe(channel, deadline)
+        self.subscriber.subscribe(channel, deadline, stop)
     }
 
     /// Refuses to run in a child made by `fork()` (see [`Origin`]).
@@ -273,6 +297,10 @@ impl Engine {
     }
 
     /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
+    ///
+    /// A call stopped (its token cancelled, the manager shut down) before it returns fails
+    /// with that, and gives back a hold it got meanwhile (a handoff or a grant that raced
+    /// with the stop): a stopped call never leaves a hold, and passes the lock on.
     pub(crate) fn acquire(
         &self,
         kind: &'static dyn LockKind,
@@ -281,8 +309,34 @@ impl Engine {
     ) -> Result<Option<Held>> {
         // Before anything else: a forked child must not even take the parent's local locks.
         self.check_process()?;
+        let stop = self.stop(&keys.name, request.cancel.as_ref());
+        stop.check()?; // stopped already: nothing is sent
+        let held = self.acquire_useful(kind, keys, request, &stop)?;
+        if let Err(err) = stop.check() {
+            if let Some(held) = held {
+                if let Err(release) = self.release(keys, &held) {
+                    log::warn!(
+                        "lock {:?}: giving back a hold taken as the wait was stopped failed: \
+                         {release}",
+                        keys.name
+                    );
+                }
+            }
+            return Err(err);
+        }
+        Ok(held)
+    }
+
+    /// [`acquire`](Self::acquire) without the stop's last look.
+    fn acquire_useful(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+        stop: &Stop,
+    ) -> Result<Option<Held>> {
         loop {
-            match self.acquire_once(kind, keys, request)? {
+            match self.acquire_once(kind, keys, request, stop)? {
                 // A reply that came back too late to leave a useful lease is not a lock: the
                 // server may count the lease from earlier than this side can prove. Release
                 // it and try again while the wait allows.
@@ -295,7 +349,7 @@ impl Engine {
                     if let Err(err) = self.release(keys, &held) {
                         log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
                     }
-                    if request.expired() {
+                    if request.expired() || stop.is_stopped() {
                         return Ok(None);
                     }
                 }
@@ -304,12 +358,13 @@ impl Engine {
         }
     }
 
-    /// One acquire, until the request's deadline.
+    /// One acquire, until the request's deadline or the stop.
     fn acquire_once(
         &self,
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        stop: &Stop,
     ) -> Result<Option<Held>> {
         let thread = current_thread_number();
         let started = Instant::now();
@@ -337,7 +392,7 @@ impl Engine {
             if request.one_attempt {
                 return Ok(None);
             }
-            let outcome = self.contend(kind, keys, request, true, None, &mut attempter);
+            let outcome = self.contend(kind, keys, request, true, None, stop, &mut attempter);
             if !matches!(outcome, Ok(true)) {
                 self.abandon(kind, keys, &attempter);
             }
@@ -379,9 +434,17 @@ impl Engine {
         {
             Join::Entered(entry) => entry,
             Join::Queued(mut ticket) => loop {
-                match self.line.wait(&mut ticket, request.deadline) {
+                let _wakes = stop.wake_with(ticket.waker());
+                match self
+                    .line
+                    .wait(&mut ticket, request.deadline, &|| stop.is_stopped())
+                {
                     Wait::Entered(entry) => break entry,
                     Wait::TimedOut => return Ok(None),
+                    Wait::Stopped => {
+                        stop.check()?;
+                        return Ok(None);
+                    }
                     Wait::Probe => {
                         let probed = match attempter.attempt() {
                             Ok(Attempt::Acquired { .. }) => Probed::Acquired,
@@ -435,7 +498,15 @@ impl Engine {
             }
             Entry::Turn { hold_back_until } => hold_back_until,
         };
-        let outcome = self.contend(kind, keys, request, attempted, hold_back, &mut attempter);
+        let outcome = self.contend(
+            kind,
+            keys,
+            request,
+            attempted,
+            hold_back,
+            stop,
+            &mut attempter,
+        );
         if !matches!(outcome, Ok(true)) {
             // Given up (the wait passed, or an error): the next local thread may try.
             self.line.leave(keys, thread);
@@ -455,7 +526,8 @@ impl Engine {
     /// just now, or holding back for remote waiters until `hold_back`); on failure subscribe,
     /// attempt again (a release may have been announced before the subscription), then sleep
     /// until a release message or the holder's TTL, and repeat. `Ok(false)` when the deadline
-    /// passed.
+    /// passed; the stop's error when it was stopped.
+    #[allow(clippy::too_many_arguments)]
     fn contend(
         &self,
         kind: &'static dyn LockKind,
@@ -463,8 +535,10 @@ impl Engine {
         request: &Request,
         attempted: bool,
         hold_back: Option<HoldBack>,
+        stop: &Stop,
         attempter: &mut Attempter<'_>,
     ) -> Result<bool> {
+        stop.check()?;
         let deadline = request.deadline;
         if hold_back.is_none() && !attempted {
             // Only a thread that waited in line gets here: it rides out an outage (the loop
@@ -479,7 +553,8 @@ impl Engine {
             return attempter.outage.at_deadline();
         }
         let channel = kind.channel(keys, &attempter.owner);
-        let subscription = self.subscriber.subscribe(&channel, deadline);
+        let subscription = self.subscriber.subscribe(&channel, deadline, stop);
+        stop.check()?;
         if deadline.is_some_and(|d| Instant::now() >= d) {
             // Subscribing took the rest of the wait (a slow server): no attempt after it.
             return Ok(false);
@@ -494,6 +569,7 @@ impl Engine {
             loop {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero()
+                    || stop.is_stopped()
                     || self.subscriber.message_count(&channel) > hold_back.messages_expected
                 {
                     break;
@@ -516,8 +592,15 @@ impl Engine {
                 attempter.waiting = Some((number, control));
             }
         }
-        let outcome =
-            self.wait_in_redis(keys, request, &subscription, &channel, yielding, attempter);
+        // The stop is looked at after each sleep (the subscription's waker ends the sleep);
+        // a grant that raced with it is found by STOP_WAITING below and given back by the
+        // caller.
+        let outcome = match stop.check() {
+            Ok(()) => {
+                self.wait_in_redis(keys, request, &subscription, &channel, yielding, attempter)
+            }
+            Err(err) => Err(err),
+        };
         let Some((number, _)) = attempter.waiting else {
             return outcome;
         };
@@ -609,6 +692,9 @@ impl Engine {
                 sleep = sleep.min(deadline - now);
             }
             subscription.wait(sleep);
+            if let Some(err) = subscription.stopped() {
+                return Err(err);
+            }
             if let Some((number, _)) = attempter.waiting {
                 // Taken without asking while most of its lease is surely left; otherwise the
                 // next attempt finds the grant and counts the lease from its own send.

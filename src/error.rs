@@ -105,6 +105,20 @@ pub enum Error {
         /// The process that tried to use it.
         used_in: u32,
     },
+    /// The call's [`CancelToken`](crate::CancelToken) was cancelled before it returned (or
+    /// before it was made: nothing was sent then). The wait left nothing behind: whatever it
+    /// had acquired meanwhile was given back.
+    Cancelled {
+        /// The name of the lock, semaphore or latch waited for.
+        name: String,
+    },
+    /// The manager was shut down ([`LockManager::shutdown`](crate::LockManager::shutdown))
+    /// before the call returned, or before it was made (nothing was sent then). As for
+    /// [`Error::Cancelled`], nothing was left behind.
+    Shutdown {
+        /// The name of the lock, semaphore or latch waited for.
+        name: String,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -114,6 +128,16 @@ impl Error {
     /// The lock was not (or no longer) held by the releasing owner.
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })
+    }
+
+    /// The call's [`CancelToken`](crate::CancelToken) was cancelled (see [`Error::Cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
+    }
+
+    /// The manager was shut down (see [`Error::Shutdown`]).
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown { .. })
     }
 
     /// The error of the node asked last, for [`Error::Nodes`]; else the error itself.
@@ -292,6 +316,14 @@ impl fmt::Display for Error {
                 "this LockManager was created in process {created_in} and cannot be used in \
                  process {used_in} after fork(): its connections, client id and thread numbers \
                  belong to the parent; create the manager in the child"
+            ),
+            Error::Cancelled { name } => {
+                write!(f, "the wait for {} was cancelled", shorten(name))
+            }
+            Error::Shutdown { name } => write!(
+                f,
+                "the LockManager was shut down; the wait for {} ended",
+                shorten(name)
             ),
         }
     }

@@ -191,6 +191,45 @@
 //! reported as [`Error::WrongType`] and left untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
 //! nothing on Redis.
 //!
+//! # Cancelling waits and shutting down
+//!
+//! Every blocking call can be ended from another thread. Give it a [`CancelToken`]
+//! ([`AcquireOptions::cancel_token`] for the lock kinds, [`MultiLock::acquire`] and
+//! [`RedLock::acquire`]; [`WaitOptions::cancel_token`] for [`Semaphore::acquire_with`] and
+//! [`CountDownLatch::wait_with`]) and [`cancel`](CancelToken::cancel) it: the call returns
+//! [`Error::Cancelled`] within milliseconds, not at its next timeout, and leaves nothing
+//! behind (no hold, no place in a queue, no registration for a grant). A token cancelled
+//! before the call fails it at once without I/O. [`LockManager::shutdown`] does the same for
+//! every call of a manager and its clones ([`Error::Shutdown`]), and refuses later acquires;
+//! guards taken before keep working until dropped.
+//!
+//! ```no_run
+//! use redis_rlock::{AcquireOptions, CancelToken, LockManager};
+//!
+//! let manager = LockManager::new("redis://127.0.0.1:6379/")?;
+//! let token = CancelToken::new();
+//! let waiter = {
+//!     let (manager, token) = (manager.clone(), token.clone());
+//!     std::thread::spawn(move || manager.acquire("jobs:nightly", AcquireOptions::new().cancel_token(&token)))
+//! };
+//! token.cancel(); // or manager.shutdown(), which ends every wait of the manager
+//! match waiter.join().unwrap() {
+//!     Err(err) if err.is_cancelled() => println!("stopped waiting"),
+//!     other => println!("{other:?}"), // it got the lock first
+//! }
+//! # Ok::<(), redis_rlock::Error>(())
+//! ```
+//!
+//! A token is an ordinary value, usable without a server:
+//!
+//! ```
+//! let token = redis_rlock::CancelToken::new();
+//! let for_the_waiter = token.clone();
+//! assert!(!for_the_waiter.is_cancelled());
+//! token.cancel();
+//! assert!(for_the_waiter.is_cancelled(), "clones are the same token");
+//! ```
+//!
 //! # On the wire
 //!
 //! A lock named `n` is a Redis hash at key `n` with one field `<client-uuid>:<thread-number>`
@@ -291,6 +330,7 @@
 
 mod acl;
 mod attempt_id;
+mod cancel;
 mod clock;
 mod config;
 mod count_down_latch;
@@ -323,6 +363,7 @@ mod scripts;
 mod semaphore;
 mod slot;
 mod stats;
+mod stop;
 mod store;
 mod subscriber;
 mod threads;
@@ -348,6 +389,7 @@ pub mod lua {
     };
 }
 
+pub use cancel::CancelToken;
 pub use config::LockManagerBuilder;
 pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
@@ -356,7 +398,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use manager::LockManager;
 pub use multi_lock::{MultiLock, MultiLockGuard};
-pub use options::{AcquireOptions, Lease};
+pub use options::{AcquireOptions, Lease, WaitOptions};
 pub use pubsub_connection::PubSubProtocol;
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};

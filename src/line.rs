@@ -158,6 +158,8 @@ pub(crate) enum Wait {
     Probe,
     /// The deadline passed; the caller left the line.
     TimedOut,
+    /// The wait was cancelled or its manager shut down; the caller left the line.
+    Stopped,
 }
 
 /// What a probe found.
@@ -167,6 +169,17 @@ pub(crate) enum Probed {
     Held(Duration),
     /// The attempt failed; the caller leaves the line and reports the error.
     Failed,
+}
+
+impl Ticket {
+    /// Wakes this ticket's thread to look at its stop condition (see [`Line::wait`]).
+    pub(crate) fn waker(&self) -> crate::cancel::Waker {
+        let queued = Arc::clone(&self.queued);
+        Arc::new(move || {
+            let _state = queued.state.lock();
+            queued.wake.notify_all();
+        })
+    }
 }
 
 /// The next queued thread, taken off the line by a releasing thread. Dropping it without
@@ -294,15 +307,29 @@ impl Line {
         }
     }
 
-    /// Waits in line until handed the turn, the `deadline`, or the end of patience.
-    pub(crate) fn wait(&self, ticket: &mut Ticket, deadline: Option<Instant>) -> Wait {
+    /// Waits in line until handed the turn, the `deadline`, the end of patience, or
+    /// `stopped()` (a cancel or a shutdown: the caller registered [`Ticket::waker`] with it).
+    pub(crate) fn wait(
+        &self,
+        ticket: &mut Ticket,
+        deadline: Option<Instant>,
+        stopped: &dyn Fn() -> bool,
+    ) -> Wait {
         loop {
             // Trust in the turn holder also ends with its fixed lease (it may take the lock,
             // and so set a lease, while this thread waits).
             let patience_end = self.patience_end(ticket);
             let until = deadline.map_or(patience_end, |d| d.min(patience_end));
-            if let Some(entry) = ticket.queued.wait_until(until) {
+            if let Some(entry) = ticket.queued.wait_until(until, stopped) {
                 return Wait::Entered(entry);
+            }
+            if stopped() {
+                // Out of the queue, so no handoff comes to it later; one already under way
+                // is waited for and reported (the caller gives back what it got).
+                return match self.leave_queue(ticket) {
+                    Some(entry) => Wait::Entered(entry),
+                    None => Wait::Stopped,
+                };
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -646,7 +673,7 @@ impl Line {
         loop {
             if let Some(entry) = ticket
                 .queued
-                .wait_until(Instant::now() + Duration::from_secs(60))
+                .wait_until(Instant::now() + Duration::from_secs(60), &|| false)
             {
                 return Some(entry);
             }
@@ -655,9 +682,9 @@ impl Line {
 }
 
 impl Queued {
-    /// Sleeps until handed the turn, `until`, or a nudge to look at the turn again; `None`
-    /// when still waiting.
-    fn wait_until(&self, until: Instant) -> Option<Entry> {
+    /// Sleeps until handed the turn, `until`, `stopped()`, or a nudge to look at the turn
+    /// again; `None` when still waiting.
+    fn wait_until(&self, until: Instant, stopped: &dyn Fn() -> bool) -> Option<Entry> {
         let mut state = self.state.lock();
         loop {
             match *state {
@@ -666,6 +693,8 @@ impl Queued {
                 Handoff::InFlight => {
                     self.wake.wait(&mut state);
                 }
+                // Looked at under the lock the stop's waker takes: no wake-up is lost.
+                Handoff::Waiting | Handoff::Probing if stopped() => return None,
                 Handoff::Waiting | Handoff::Probing => {
                     self.wake.wait_until(&mut state, until);
                     if matches!(*state, Handoff::Waiting | Handoff::Probing) {
@@ -715,7 +744,10 @@ mod tests {
         assert_eq!(entered(line.join(&keys, 1, 1_000, false)), TURN);
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         // Thread 2 runs out of patience and probes; thread 1 releases meanwhile.
-        assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+        assert!(matches!(
+            line.wait(&mut ticket, None, &|| false),
+            Wait::Probe
+        ));
         let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
         assert!(
             !successor.may_acquire(),
@@ -736,10 +768,36 @@ mod tests {
         entered(line.join(&keys, 1, 1_000, false));
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         let deadline = Some(Instant::now() + Duration::from_millis(20));
-        assert!(matches!(line.wait(&mut ticket, deadline), Wait::TimedOut));
+        assert!(matches!(
+            line.wait(&mut ticket, deadline, &|| false),
+            Wait::TimedOut
+        ));
         assert_eq!(line.queued_count(), 0);
         line.leave(&keys, 1);
         assert!(!line.is_busy(&keys), "the entry goes with the last thread");
+    }
+
+    #[test]
+    fn a_stopped_thread_leaves_the_line_unless_a_handoff_is_under_way() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        entered(line.join(&keys, 1, 1_000, false));
+        let mut ticket = queued(line.join(&keys, 2, 1_000, false));
+        assert!(matches!(
+            line.wait(&mut ticket, None, &|| true),
+            Wait::Stopped
+        ));
+        assert_eq!(line.queued_count(), 0);
+        assert!(line.successor(&keys, 1, true).is_none(), "no handoff to it");
+        // Taken off the line by a release before it saw the stop: the handoff is reported,
+        // and the caller gives back what it got.
+        let mut ticket = queued(line.join(&keys, 3, 1_000, false));
+        let successor = line.successor(&keys, 1, true).expect("thread 3 is next");
+        line.hand_over(successor, Handed::Lock(BootInstant::now()));
+        assert!(matches!(
+            line.wait(&mut ticket, None, &|| true),
+            Wait::Entered(Entry::Acquired { .. })
+        ));
     }
 
     #[test]
@@ -751,7 +809,10 @@ mod tests {
         let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
         assert!(!successor.may_acquire());
         drop(successor); // a release that panicked: the successor still gets the turn
-        assert!(matches!(line.wait(&mut ticket, None), Wait::Entered(TURN)));
+        assert!(matches!(
+            line.wait(&mut ticket, None, &|| false),
+            Wait::Entered(TURN)
+        ));
     }
 
     #[test]
@@ -780,7 +841,7 @@ mod tests {
             },
         );
         assert!(matches!(
-            line.wait(&mut ticket, None),
+            line.wait(&mut ticket, None, &|| false),
             Wait::Entered(Entry::Turn {
                 hold_back_until: Some(_)
             })
@@ -798,7 +859,11 @@ mod tests {
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         line.yield_to_others(&keys, 1, 0);
         assert!(matches!(
-            line.wait(&mut ticket, Some(Instant::now() + Duration::from_secs(5))),
+            line.wait(
+                &mut ticket,
+                Some(Instant::now() + Duration::from_secs(5)),
+                &|| false
+            ),
             Wait::Entered(Entry::Turn {
                 hold_back_until: Some(_)
             })
@@ -812,7 +877,10 @@ mod tests {
         entered(line.join(&keys, 1, 1_000, false));
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         let waiting = queued(line.join(&keys, 3, 1_000, false));
-        assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+        assert!(matches!(
+            line.wait(&mut ticket, None, &|| false),
+            Wait::Probe
+        ));
         // Thread 1 releases and picks thread 2 while it probes; the probe finds the lock held,
         // and thread 2's deadline passes before the handoff is done.
         let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
@@ -828,7 +896,7 @@ mod tests {
             });
             let past = Some(Instant::now());
             assert!(
-                matches!(line.wait(&mut ticket, past), Wait::Entered(TURN)),
+                matches!(line.wait(&mut ticket, past, &|| false), Wait::Entered(TURN)),
                 "the turn is not left to a thread that has gone"
             );
             handoff.join().unwrap();
@@ -899,7 +967,10 @@ mod tests {
                 for _ in 0..ROUNDS {
                     entered(line.join(&keys, 1, 1_000, false));
                     let mut ticket = queued(line.join(&keys, 2, 1_000, false));
-                    assert!(matches!(line.wait(&mut ticket, None), Wait::Probe));
+                    assert!(matches!(
+                        line.wait(&mut ticket, None, &|| false),
+                        Wait::Probe
+                    ));
                     barrier.wait();
                     let probed = if outcome_acquired {
                         Probed::Acquired

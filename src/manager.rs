@@ -222,6 +222,37 @@ impl LockManager {
         self.get_lock(name).acquire(options)
     }
 
+    /// Ends every wait of this manager and of all its clones, now and later: each call
+    /// waiting (for a lock of any kind, a semaphore's permits, a latch's count) returns
+    /// [`Error::Shutdown`](crate::Error::Shutdown) within milliseconds, leaving nothing
+    /// behind (as a cancelled call does, see [`CancelToken`](crate::CancelToken)), and every
+    /// later acquire or wait fails so without sending anything. What was taken before keeps
+    /// working until dropped: guards unlock and the watchdog renews their leases,
+    /// [`SemaphorePermits`](crate::SemaphorePermits) give their permits back, and releases,
+    /// count-downs and inspection calls still run. Idempotent; it does not block. The
+    /// connections and threads stay until the last clone (guards included) is dropped.
+    ///
+    /// ```no_run
+    /// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
+    /// let held = manager.lock("config")?;
+    /// let waiter = {
+    ///     let manager = manager.clone();
+    ///     std::thread::spawn(move || manager.lock("config"))
+    /// };
+    /// manager.shutdown();
+    /// assert!(waiter.join().unwrap().unwrap_err().is_shutdown());
+    /// held.unlock()?; // still works
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.engine.shut_down();
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called (on this manager or a clone).
+    pub fn is_shut_down(&self) -> bool {
+        self.engine.is_shut_down()
+    }
+
     /// This manager's client id: the UUID before the `:` in the owner fields it writes.
     pub fn client_id(&self) -> &str {
         self.engine.client_id()

@@ -7,6 +7,7 @@ use crate::config::check_wait;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::options::AcquireOptions;
 
 /// Several [`Lock`]s, possibly of different managers (so different Redis servers), acquired
 /// as one: all of them or none (Redisson's `RedissonMultiLock`).
@@ -63,15 +64,40 @@ impl MultiLock {
     /// `Ok(None)` when the wait passed first; the holds taken so far are then released, as
     /// they are on an error. `Duration::ZERO` makes one attempt per lock.
     pub fn try_lock(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire(AcquireOptions::new().wait(wait))
+    }
+
+    /// Acquires every lock as `options` say: its wait limit in all (none: as long as it
+    /// takes), its lease and fencing on each lock, and its
+    /// [`CancelToken`](crate::CancelToken), which ends the wait for whichever lock is being
+    /// waited for ([`Error::Cancelled`](crate::Error::Cancelled); a lock's manager shut down
+    /// ends it with [`Error::Shutdown`](crate::Error::Shutdown)). `Ok(None)` when the wait
+    /// passed; on `None` or an error, the holds taken so far are released.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{AcquireOptions, CancelToken, LockManager, MultiLock};
+    /// # let manager = LockManager::new("redis://127.0.0.1/")?;
+    /// let both = MultiLock::new(vec![manager.get_lock("a"), manager.get_lock("b")]);
+    /// let token = CancelToken::new();
+    /// // `token.cancel()` from another thread ends the wait.
+    /// let guard = both.acquire(AcquireOptions::new().cancel_token(&token))?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn acquire(&self, options: AcquireOptions) -> Result<Option<MultiLockGuard>> {
         // Checked here as each lock would, so a bad wait fails before anything is taken.
-        check_wait(wait)?;
+        if let Some(wait) = options.wait_limit() {
+            check_wait(wait)?;
+        }
         self.check()?;
-        let deadline = Instant::now() + wait;
+        let deadline = options.wait_limit().map(|wait| Instant::now() + wait);
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            // Every lock gets what is left of the one wait, so the call is bounded by it.
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lock.try_lock(left)? {
+            let mut each = options.clone();
+            if let Some(deadline) = deadline {
+                // Every lock gets what is left of the one wait, so the call is bounded by it.
+                each = each.wait(deadline.saturating_duration_since(Instant::now()));
+            }
+            match lock.acquire(each)? {
                 Some(guard) => guards.push(guard),
                 None => return Ok(None), // `guards` drops: all released
             }

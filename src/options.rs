@@ -1,7 +1,9 @@
-//! [`AcquireOptions`] and [`Lease`]: what an acquire asks for, in one value.
+//! [`AcquireOptions`], [`Lease`] and [`WaitOptions`]: what an acquire (or a wait) asks for,
+//! in one value.
 
 use std::time::{Duration, Instant};
 
+use crate::cancel::CancelToken;
 use crate::config::{check_wait, to_millis};
 use crate::error::{Error, Result};
 
@@ -17,8 +19,8 @@ pub enum Lease {
     Fixed(Duration),
 }
 
-/// What an acquire asks for: how long to wait, which [`Lease`], and whether to take a fencing
-/// token. Taken by [`Lock::acquire`](crate::Lock::acquire) and
+/// What an acquire asks for: how long to wait, which [`Lease`], whether to take a fencing
+/// token, and a [`CancelToken`] that ends the wait early. Taken by [`Lock::acquire`](crate::Lock::acquire) and
 /// [`LockManager::acquire`](crate::LockManager::acquire); the other acquiring methods are
 /// shorthands for common values.
 ///
@@ -38,13 +40,14 @@ pub enum Lease {
 /// }
 /// # Ok::<(), redis_rlock::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[must_use]
 pub struct AcquireOptions {
     wait: Option<Duration>,
     lease: Lease,
     fenced: bool,
     max_hold: Option<Duration>,
+    cancel: Option<CancelToken>,
 }
 
 impl AcquireOptions {
@@ -104,9 +107,22 @@ impl AcquireOptions {
         self.max_hold
     }
 
+    /// Ends the wait when `token` is cancelled: the acquire then returns
+    /// [`Error::Cancelled`](crate::Error::Cancelled) within milliseconds and holds nothing
+    /// (see [`CancelToken`]).
+    pub fn cancel_token(mut self, token: &CancelToken) -> Self {
+        self.cancel = Some(token.clone());
+        self
+    }
+
     /// The wait limit; `None` waits without limit.
     pub fn wait_limit(&self) -> Option<Duration> {
         self.wait
+    }
+
+    /// The cancel token given, if any.
+    pub fn token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
     }
 
     /// The lease asked for.
@@ -146,12 +162,13 @@ impl AcquireOptions {
             fixed,
             fenced: self.fenced,
             max_hold: self.max_hold,
+            cancel: self.cancel.clone(),
         })
     }
 }
 
 /// Checked [`AcquireOptions`], as the engine runs them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Request {
     /// When to give up; `None`: never.
     pub(crate) deadline: Option<Instant>,
@@ -166,10 +183,75 @@ pub(crate) struct Request {
     pub(crate) fenced: bool,
     /// How long the watchdog renews the hold at most (`None`: while the guard lives).
     pub(crate) max_hold: Option<Duration>,
+    /// The caller's token, if any.
+    pub(crate) cancel: Option<CancelToken>,
 }
 
 impl Request {
     pub(crate) fn expired(&self) -> bool {
         self.one_attempt || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// What a wait for a semaphore's permits or a latch's count asks for: how long to wait, and a
+/// [`CancelToken`] that ends the wait early. Taken by
+/// [`Semaphore::acquire_with`](crate::Semaphore::acquire_with) and
+/// [`CountDownLatch::wait_with`](crate::CountDownLatch::wait_with).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_rlock::{CancelToken, LockManager, WaitOptions};
+///
+/// let manager = LockManager::new("redis://127.0.0.1/")?;
+/// let token = CancelToken::new();
+/// let options = WaitOptions::new().wait(Duration::from_secs(30)).cancel_token(&token);
+/// // Another thread may call `token.cancel()`: the wait then ends with `Error::Cancelled`.
+/// let acquired = manager.get_semaphore("uploads").acquire_with(1, &options)?;
+/// # Ok::<(), redis_rlock::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[must_use]
+pub struct WaitOptions {
+    wait: Option<Duration>,
+    cancel: Option<CancelToken>,
+}
+
+impl WaitOptions {
+    /// Wait without limit, no token.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wait at most `wait` (`Duration::ZERO`: one look). Without it, the call waits as long
+    /// as it takes.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Ends the wait when `token` is cancelled ([`Error::Cancelled`](crate::Error::Cancelled)).
+    pub fn cancel_token(mut self, token: &CancelToken) -> Self {
+        self.cancel = Some(token.clone());
+        self
+    }
+
+    /// The wait limit; `None` waits without limit.
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// The cancel token given, if any.
+    pub fn token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
+    }
+
+    /// The deadline counted from now (`None`: no limit), the wait checked as a lock's is.
+    pub(crate) fn deadline(&self) -> Result<Option<Instant>> {
+        self.wait
+            .map(|wait| {
+                check_wait(wait)?;
+                Ok(Instant::now() + wait)
+            })
+            .transpose()
     }
 }

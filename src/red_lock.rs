@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 
+use crate::cancel::CancelToken;
 use crate::config::check_wait;
 use crate::error::{Error, Result};
 use crate::fan_out::{self, Task};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::{AcquireOptions, Lease};
+use crate::stop::Stop;
 
 /// The pause between two rounds of attempts: short, and varied so that two clients that
 /// collided do not collide again in step (the distlock page's "random delay").
@@ -139,14 +141,14 @@ impl RedLock {
     /// Waits as long as it takes (retrying rounds) for a quorum, watchdog leases.
     /// Returns the error when more than N/2 masters fail with one in a round.
     pub fn lock(&self) -> Result<RedLockGuard> {
-        self.acquire(None, Lease::Watchdog)
+        self.acquire_by(None, Lease::Watchdog, None)
             .map(|guard| guard.expect("waits without limit"))
     }
 
     /// Tries for a quorum for up to `wait`, watchdog leases. `Ok(None)` when the wait passed
     /// without one; `Duration::ZERO` makes one round.
     pub fn try_lock(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(wait), Lease::Watchdog)
+        self.acquire_by(Some(wait), Lease::Watchdog, None)
     }
 
     /// Tries for a quorum for up to `wait`, with a fixed `lease` on every master, never
@@ -157,10 +159,42 @@ impl RedLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(wait), Lease::Fixed(lease))
+        self.acquire_by(Some(wait), Lease::Fixed(lease), None)
     }
 
-    fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<RedLockGuard>> {
+    /// Tries for a quorum as `options` say: its wait limit (none: as long as it takes), its
+    /// lease on every master, and its [`CancelToken`](crate::CancelToken): a cancel, or the
+    /// shutdown of any of the masters' managers, ends the wait within milliseconds with
+    /// [`Error::Cancelled`] or [`Error::Shutdown`], with the holds of a round in flight
+    /// released. Fencing tokens are refused ([`Error::InvalidArgument`]): a `RedLock` has
+    /// none. `Ok(None)` when the wait passed.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{AcquireOptions, CancelToken, LockManager, RedLock};
+    /// # let managers: Vec<LockManager> = Vec::new();
+    /// let redlock = RedLock::new(managers.iter().map(|m| m.get_lock("orders:42")).collect());
+    /// let token = CancelToken::new();
+    /// // `token.cancel()` from another thread ends the wait.
+    /// let guard = redlock.acquire(AcquireOptions::new().cancel_token(&token))?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn acquire(&self, options: AcquireOptions) -> Result<Option<RedLockGuard>> {
+        if options.is_fenced() {
+            return Err(Error::invalid(
+                "fenced",
+                "a RedLock takes no fencing token (tokens of different masters are not \
+                 comparable); fence a single lock instead",
+            ));
+        }
+        self.acquire_by(options.wait_limit(), options.lease_kind(), options.token())
+    }
+
+    fn acquire_by(
+        &self,
+        wait: Option<Duration>,
+        lease: Lease,
+        token: Option<&CancelToken>,
+    ) -> Result<Option<RedLockGuard>> {
         if let Some(wait) = wait {
             check_wait(wait)?;
         }
@@ -189,10 +223,22 @@ impl RedLock {
                 ));
             }
         }
+        let stop = self.stop(token);
+        stop.check()?; // nothing is sent
         let deadline = wait.map(|wait| Instant::now() + wait);
         let mut round = 0u64;
         loop {
+            // A round is one attempt per master, each bounded by a response timeout: the
+            // stop is looked at between rounds, and a round won as it came is given back.
             if let Some(guard) = self.round(lease)? {
+                if let Err(err) = stop.check() {
+                    if let Err(release) = guard.unlock() {
+                        log::debug!(
+                            "redlock: releasing a round won as the wait was stopped: {release}"
+                        );
+                    }
+                    return Err(err);
+                }
                 return Ok(Some(guard));
             }
             round += 1;
@@ -203,11 +249,21 @@ impl RedLock {
                     if left.is_zero() {
                         return Ok(None);
                     }
-                    thread::sleep(pause.min(left));
+                    stop.sleep(pause.min(left))?;
                 }
-                None => thread::sleep(pause),
+                None => stop.sleep(pause)?,
             }
         }
+    }
+
+    /// What ends a wait: the caller's token and the shutdown of every master's manager.
+    fn stop(&self, token: Option<&CancelToken>) -> Stop {
+        let first = self.locks[0].manager().engine();
+        let mut stop = first.stop(self.locks[0].name(), token);
+        for lock in &self.locks[1..] {
+            stop = stop.and_shutdown(lock.manager().engine().shutdown_token());
+        }
+        stop
     }
 
     /// One round: every master tried at once; a guard if it won, `None` if it lost, the
@@ -220,6 +276,7 @@ impl RedLock {
             .iter()
             .map(|lock| {
                 let attempting = lock.clone();
+                let options = options.clone();
                 Task::attempt(lock, move || {
                     // The thread number is the owner id of a hold this attempt may have taken
                     // without its reply arriving: kept to release it.

@@ -14,12 +14,15 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use crate::attempt_id::AttemptId;
+use crate::cancel::CancelToken;
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{attempt_marker, check_name, semaphore_channel};
+use crate::options::WaitOptions;
 use crate::scripts::attempt_script;
+use crate::stop::Stop;
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits, `ARGV[2]` publish
 /// command. Only a semaphore that does not exist gets its permits: sets the key to `ARGV[1]`,
@@ -189,7 +192,7 @@ impl Semaphore {
     /// out is an error, and the permits may have been taken by it: they are not given back
     /// blindly, since that could create permits that were never taken.
     pub fn acquire(&self, permits: u32) -> Result<()> {
-        self.acquire_by(permits, None).map(|_| ())
+        self.acquire_by(permits, None, None).map(|_| ())
     }
 
     /// Takes `permits` permits if that many become free within `wait` (`Duration::ZERO`: one
@@ -197,7 +200,31 @@ impl Semaphore {
     /// `wait`.
     pub fn try_acquire(&self, permits: u32, wait: Duration) -> Result<bool> {
         let deadline = self.check_wait(wait)?;
-        self.acquire_by(permits, Some(deadline))
+        self.acquire_by(permits, Some(deadline), None)
+    }
+
+    /// Takes `permits` permits as `options` say: within its wait limit (none: as long as it
+    /// takes; `Duration::ZERO`: one attempt), unless its [`CancelToken`](crate::CancelToken)
+    /// is cancelled or the manager shut down first
+    /// ([`Error::Cancelled`], [`Error::Shutdown`]; permits taken as the cancel came are given
+    /// back). `false` when the wait passed.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{CancelToken, LockManager, WaitOptions};
+    /// # let manager = LockManager::new("redis://127.0.0.1/")?;
+    /// let token = CancelToken::new();
+    /// let uploads = manager.get_semaphore("uploads");
+    /// // `token.cancel()` from another thread ends the wait.
+    /// if uploads.acquire_with(1, &WaitOptions::new().cancel_token(&token))? {
+    ///     // ... upload ...
+    ///     uploads.release(1)?;
+    /// }
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn acquire_with(&self, permits: u32, options: &WaitOptions) -> Result<bool> {
+        self.engine()?;
+        let deadline = options.deadline()?;
+        self.acquire_by(permits, deadline, options.token())
     }
 
     /// Like [`acquire`](Self::acquire), and the permits come back when the returned
@@ -276,13 +303,44 @@ impl Semaphore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    fn acquire_by(&self, permits: u32, deadline: Option<Instant>) -> Result<bool> {
+    fn acquire_by(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+        token: Option<&CancelToken>,
+    ) -> Result<bool> {
         let engine = self.engine()?;
         check_permits(permits, false)?;
+        let stop = engine.stop(&self.name, token);
+        let acquired = self.take(engine, permits, deadline, &stop)?;
+        if let Err(err) = stop.check() {
+            // Stopped as the permits came: a stopped call takes nothing.
+            if acquired {
+                if let Err(release) = self.release(permits) {
+                    log::warn!(
+                        "semaphore {:?}: giving back permits taken as the wait was stopped \
+                         failed: {release}",
+                        self.name
+                    );
+                }
+            }
+            return Err(err);
+        }
+        Ok(acquired)
+    }
+
+    /// The acquire script until it takes the permits, the deadline or the stop.
+    fn take(
+        &self,
+        engine: &Engine,
+        permits: u32,
+        deadline: Option<Instant>,
+        stop: &Stop,
+    ) -> Result<bool> {
         let store = engine.store();
         let marker = attempt_marker(&self.name, &engine.current_owner());
         let mut attempt = AttemptId::new();
-        wait_on_channel(engine, &self.name, &self.channel(), deadline, || {
+        wait_on_channel(engine, &self.name, &self.channel(), deadline, stop, || {
             attempt.start();
             let taken = store.invoke::<i64>(
                 "semaphore acquire",

@@ -28,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::fork::Origin;
 use crate::listener::{self, Request};
 use crate::names::ChannelKind;
+use crate::stop::{Stop, Wakes};
 use crate::store::LockStore;
 use crate::threads;
 
@@ -393,7 +394,14 @@ impl Subscriber {
     /// and waits (until `deadline` or one response timeout at most) for the subscription to be
     /// confirmed. An unconfirmed subscription still works: waits are bounded by the holder's
     /// TTL, so a missed message costs time, never a hang.
-    pub(crate) fn subscribe(&self, channel: &str, deadline: Option<Instant>) -> Subscription {
+    ///
+    /// `stop` ends the wait for the confirmation and every [`Subscription::wait`] at once.
+    pub(crate) fn subscribe(
+        &self,
+        channel: &str,
+        deadline: Option<Instant>,
+        stop: &Stop,
+    ) -> Subscription {
         let (waiters, first) = {
             let mut channels = self.shared.channels.lock();
             let waiters = channels
@@ -403,11 +411,21 @@ impl Subscriber {
             state.waiters += 1;
             (Arc::clone(waiters), state.waiters == 1)
         };
+        let wakes = stop.wake_with({
+            let waiters = Arc::clone(&waiters);
+            Arc::new(move || {
+                let _state = waiters.state.lock();
+                waiters.permit.notify_all();
+                waiters.ready.notify_all();
+            })
+        });
         let subscription = Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             waiters,
             expecting: Cell::new(None),
+            stop: stop.clone(),
+            _wakes: wakes,
         };
         if first {
             self.shared
@@ -418,7 +436,7 @@ impl Subscriber {
             limit = limit.min(deadline);
         }
         let mut state = subscription.waiters.state.lock();
-        while !state.subscribed {
+        while !state.subscribed && !stop.is_stopped() {
             if subscription
                 .waiters
                 .ready
@@ -531,14 +549,19 @@ pub(crate) struct Subscription {
     waiters: Arc<Waiters>,
     /// The wait number this waiter registered with, if it did (see `expect_grant`).
     expecting: Cell<Option<u64>>,
+    /// What ends the wait early; its waker is registered while the subscription lives.
+    stop: Stop,
+    _wakes: Wakes,
 }
 
 impl Subscription {
-    /// Sleeps until a release is announced or `timeout` passes; `true` if woken by a release.
+    /// Sleeps until a release is announced, `timeout` passes, or the wait is stopped (a
+    /// cancel, a shutdown); `true` if woken by a release. A stopped waiter takes no permit:
+    /// it is left to the channel's other waiters.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = self.waiters.state.lock();
-        while state.permits == 0 {
+        while state.permits == 0 && !self.stop.is_stopped() {
             if self
                 .waiters
                 .permit
@@ -548,7 +571,7 @@ impl Subscription {
                 break;
             }
         }
-        if state.permits > 0 {
+        if state.permits > 0 && !self.stop.is_stopped() {
             state.permits -= 1;
             true
         } else {
@@ -558,6 +581,11 @@ impl Subscription {
 }
 
 impl Subscription {
+    /// The stop's error once the wait is stopped (a cancel, a shutdown).
+    pub(crate) fn stopped(&self) -> Option<crate::error::Error> {
+        self.stop.check().err()
+    }
+
     /// From now on a grant to the wait numbered `number` wakes this waiter: called before
     /// the wait's first registration is sent (docs/DESIGN.md, "Grants").
     pub(crate) fn expect_grant(&self, number: u64) {
@@ -599,6 +627,12 @@ impl Drop for Subscription {
         state.waiters -= 1;
         state.permits = state.permits.min(state.waiters);
         if state.waiters > 0 {
+            if state.permits > 0 {
+                // A wake-up this waiter left unused (it was stopped, or it is leaving with
+                // the lock): it goes to the others rather than waiting for their timeouts.
+                drop(state);
+                self.waiters.permit.notify_all();
+            }
             return;
         }
         drop(state);

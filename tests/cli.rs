@@ -285,6 +285,42 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
     assert!(!exists(&server, "cli-signal"), "the lock was released");
 }
 
+/// A SIGTERM while `run` waits for the lock cancels the wait (issue 24): the command exits
+/// promptly with 128+15 and leaves nothing behind: no registration for a grant, so the
+/// holder's release does not hand it the lock after it is gone.
+#[test]
+fn sigterm_while_waiting_ends_the_wait_and_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url()).unwrap();
+    let guard = holder.lock("cli-wait-term").unwrap();
+    let mut cmd = redis_rlock(&server, &["run", "cli-wait-term", "--", "true"]);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let mut conn = server.conn();
+    let registered = |conn: &mut redis::Connection| -> usize {
+        let fields: Vec<String> = conn.hkeys("redis_rlock__waiters:{cli-wait-term}").unwrap();
+        fields.iter().filter(|f| *f != "#").count()
+    };
+    assert!(
+        eventually(LIMIT, || registered(&mut conn) == 1),
+        "redis-rlock waits, registered for a grant"
+    );
+    let signalled = Instant::now();
+    sigterm(&child.0);
+    let status = wait_limited(&mut child.0, LIMIT);
+    let took = signalled.elapsed();
+    println!("redis-rlock exited {took:?} after SIGTERM");
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(registered(&mut conn), 0, "its registration is gone");
+    guard.unlock().unwrap();
+    assert!(
+        !exists(&server, "cli-wait-term"),
+        "not granted to the gone waiter"
+    );
+    assert_eq!(holder.stats().grants_given, 0);
+}
+
 #[test]
 fn kill_after_bounds_a_command_that_ignores_a_passed_on_sigterm() {
     let server = RedisServer::start();

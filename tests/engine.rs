@@ -120,14 +120,18 @@ fn acquire_takes_a_fenced_lock_with_a_fixed_lease() -> Result<()> {
         .wait(Duration::from_secs(1))
         .lease(Lease::Fixed(lease))
         .fenced(true);
-    let first = manager.acquire("engine:options", options)?.expect("free");
+    let first = manager
+        .acquire("engine:options", options.clone())?
+        .expect("free");
     assert_eq!(first.lease(), Some(lease));
     let token = first.fencing_token().expect("fenced");
     let ttl = first.lock().remaining_ttl()?.expect("a TTL");
     assert!(ttl <= lease && ttl > lease / 2, "{ttl:?}");
     assert_eq!(manager.renewing_count(), 0, "a fixed lease is not renewed");
     first.unlock()?;
-    let second = manager.acquire("engine:options", options)?.expect("free");
+    let second = manager
+        .acquire("engine:options", options.clone())?
+        .expect("free");
     assert!(second.fencing_token().expect("fenced") > token);
     // Bad values are refused before anything is sent, whatever the shorthand.
     let err = manager

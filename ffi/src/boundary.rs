@@ -32,6 +32,13 @@ pub enum redis_rlock_result {
     REDIS_RLOCK_PANIC = 5,
     /// The operating system refused a resource, such as a background thread.
     REDIS_RLOCK_SYSTEM_ERROR = 6,
+    /// The call's cancel token (`redis_rlock_cancel_token_cancel`) was cancelled before it
+    /// returned, or before it was made (nothing was sent then); nothing was left held.
+    REDIS_RLOCK_CANCELLED = 7,
+    /// The manager was shut down (`redis_rlock_manager_shutdown`, or
+    /// `redis_rlock_manager_free` from another thread) before the call returned, or before it
+    /// was made (nothing was sent then); nothing was left held.
+    REDIS_RLOCK_SHUTDOWN = 8,
 }
 
 use redis_rlock_result::*;
@@ -69,6 +76,8 @@ impl From<Error> for Failure {
             | Error::Timeout { .. }
             | Error::NotReplicated { .. } => REDIS_RLOCK_REDIS_ERROR,
             Error::ThreadSpawn { .. } => REDIS_RLOCK_SYSTEM_ERROR,
+            Error::Cancelled { .. } => REDIS_RLOCK_CANCELLED,
+            Error::Shutdown { .. } => REDIS_RLOCK_SHUTDOWN,
             // Several nodes' errors: the code of the last one asked.
             Error::Nodes { .. } if err.is_invalid_argument() => REDIS_RLOCK_INVALID_ARGUMENT,
             Error::Nodes { .. } => REDIS_RLOCK_REDIS_ERROR,
@@ -198,6 +207,8 @@ pub extern "C" fn redis_rlock_result_str(result: c_int) -> *const c_char {
         4 => c"Redis error",
         5 => c"panic inside redis-rlock",
         6 => c"system error",
+        7 => c"cancelled",
+        8 => c"shut down",
         _ => c"unknown result code",
     };
     text.as_ptr()

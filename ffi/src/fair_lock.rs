@@ -5,6 +5,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::redis_rlock_result;
+use super::cancel::{acquire_options, redis_rlock_lock_options};
 use super::lock::{acquire_into, redis_rlock_guard};
 use super::manager::redis_rlock_manager;
 
@@ -26,6 +27,28 @@ pub unsafe extern "C" fn redis_rlock_fair_lock(
     unsafe {
         acquire_into(m, name, out, |manager, name| {
             manager.get_fair_lock(name).lock().map(Some)
+        })
+    }
+}
+
+/// Acquires the fair lock `name` as `opts` say, as `redis_rlock_acquire` does (a cancelled or
+/// shut-down wait leaves the queue).
+///
+/// # Safety
+/// As for `redis_rlock_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_fair_acquire(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    opts: *const redis_rlock_lock_options,
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    let options = unsafe { acquire_options(opts) };
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager.get_fair_lock(name).acquire(options)
         })
     }
 }

@@ -14,6 +14,7 @@
 #![allow(non_camel_case_types)]
 
 mod boundary;
+mod cancel;
 mod fair_lock;
 mod lock;
 mod manager;
@@ -22,4 +23,5 @@ mod semaphore;
 mod stats;
 
 // Only the header's constant: public so that the compiler counts it as used.
+pub use cancel::REDIS_RLOCK_WAIT_FOREVER;
 pub use semaphore::REDIS_RLOCK_SEMAPHORE_MAX_PERMITS;

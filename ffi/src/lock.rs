@@ -4,8 +4,9 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::redis_rlock_result::{self, REDIS_RLOCK_NOT_ACQUIRED};
-use super::boundary::{guarded, guarded_void, ref_arg, str_arg, write_out, Failure};
-use super::manager::redis_rlock_manager;
+use super::boundary::{guarded, guarded_void, str_arg, write_out, Failure};
+use super::cancel::{acquire_options, redis_rlock_lock_options};
+use super::manager::{manager_arg, redis_rlock_manager};
 use redis_rlock::LockGuard;
 use redis_rlock::LockManager;
 use redis_rlock::Result;
@@ -31,9 +32,9 @@ pub(super) unsafe fn acquire_into(
     guarded(|| {
         // SAFETY (all three): the caller's contract.
         unsafe { write_out("out", out, std::ptr::null_mut())? };
-        let manager = unsafe { ref_arg("manager", m)? };
+        let manager = unsafe { manager_arg(m)? };
         let name = unsafe { str_arg("name", name)? };
-        match acquire(&manager.manager, name)? {
+        match acquire(&manager, name)? {
             Some(guard) => {
                 let handle = Box::into_raw(Box::new(redis_rlock_guard { guard }));
                 // SAFETY: checked by write_out above.
@@ -46,6 +47,26 @@ pub(super) unsafe fn acquire_into(
             )),
         }
     })
+}
+
+/// Acquires `name` as `opts` say (NULL: the defaults of `redis_rlock_lock_options_default`):
+/// a wait limit, a fixed lease, a fencing token, and a cancel token that ends the wait with
+/// `REDIS_RLOCK_CANCELLED`. `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed;
+/// `REDIS_RLOCK_SHUTDOWN` when the manager was shut down. Ownership as for `redis_rlock_lock`.
+///
+/// # Safety
+/// As for `redis_rlock_lock`; `opts` is NULL or valid, and its `cancel` NULL or a live token.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_acquire(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    opts: *const redis_rlock_lock_options,
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    let options = unsafe { acquire_options(opts) };
+    // SAFETY: the same contract, passed on.
+    unsafe { acquire_into(m, name, out, |manager, name| manager.acquire(name, options)) }
 }
 
 /// Waits as long as it takes to acquire `name`; the watchdog renews the lease until the guard
@@ -178,9 +199,9 @@ pub unsafe extern "C" fn redis_rlock_force_unlock(
 ) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (all): the caller's contract.
-        let manager = unsafe { ref_arg("manager", m)? };
+        let manager = unsafe { manager_arg(m)? };
         let name = unsafe { str_arg("name", name)? };
-        let was_held = manager.manager.get_lock(name).force_unlock()?;
+        let was_held = manager.get_lock(name).force_unlock()?;
         if !released.is_null() {
             unsafe { released.write(was_held) };
         }
@@ -349,12 +370,12 @@ unsafe fn inspect<T>(
 ) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (all): the caller's contract.
-        let manager = unsafe { ref_arg("manager", m)? };
+        let manager = unsafe { manager_arg(m)? };
         let name = unsafe { str_arg("name", name)? };
         if out.is_null() {
             return Err(Failure::invalid(format!("{what} is NULL")));
         }
-        let value = query(&manager.manager.get_lock(name))?;
+        let value = query(&manager.get_lock(name))?;
         unsafe { write_out(what, out, value) }
     })
 }

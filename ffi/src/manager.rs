@@ -1,9 +1,12 @@
 //! `redis_rlock_manager`: creating and freeing a manager from C, with its options.
 
 use std::ffi::c_char;
+use std::ops::Deref;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::boundary::{guarded, guarded_void, redis_rlock_result, str_arg, write_out};
+use super::boundary::Failure;
+use super::boundary::{guarded, guarded_void, redis_rlock_result, ref_arg, str_arg, write_out};
 use redis_rlock::{LockManager, LockManagerBuilder};
 
 /// A lock manager: a connection pool, one watchdog thread and one pub/sub listener thread.
@@ -16,7 +19,64 @@ use redis_rlock::{LockManager, LockManagerBuilder};
 /// threads; there every call on an inherited manager or guard fails with
 /// `REDIS_RLOCK_INVALID_ARGUMENT` and sends nothing, and `redis_rlock_manager_free` is safe.
 pub struct redis_rlock_manager {
-    pub(super) manager: LockManager,
+    manager: LockManager,
+    /// The calls running on this handle, which `redis_rlock_manager_free` waits for. Shared
+    /// with each call, so that the last one to end never touches freed memory.
+    in_flight: Arc<InFlight>,
+    /// The process that made it: in a child made by fork(), `free` neither shuts down nor
+    /// waits (the calls counted are the parent's threads, which do not exist here).
+    created_in: u32,
+}
+
+#[derive(Default)]
+struct InFlight {
+    calls: Mutex<usize>,
+    ended: Condvar,
+}
+
+/// A call in flight on a manager handle: the manager to use, counted until dropped.
+pub(super) struct Call<'a> {
+    manager: &'a LockManager,
+    in_flight: Arc<InFlight>,
+}
+
+impl Deref for Call<'_> {
+    type Target = LockManager;
+
+    fn deref(&self) -> &LockManager {
+        self.manager
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let mut calls = self
+            .in_flight
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *calls -= 1;
+        self.in_flight.ended.notify_all();
+    }
+}
+
+/// Checks `m` for NULL and counts a call on it until the result is dropped (see
+/// `redis_rlock_manager_free`).
+///
+/// # Safety
+/// `m` is NULL or a live manager, not being freed before this returns.
+pub(super) unsafe fn manager_arg<'a>(m: *const redis_rlock_manager) -> Result<Call<'a>, Failure> {
+    // SAFETY: the caller's contract.
+    let handle = unsafe { ref_arg("manager", m)? };
+    *handle
+        .in_flight
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) += 1;
+    Ok(Call {
+        manager: &handle.manager,
+        in_flight: Arc::clone(&handle.in_flight),
+    })
 }
 
 /// Settings for `redis_rlock_manager_new_with_options`. A field left 0 takes its default; start
@@ -106,7 +166,11 @@ pub unsafe extern "C" fn redis_rlock_manager_new_with_options(
                 LockManagerBuilder::DEFAULT_RESPONSE_TIMEOUT,
             ))
             .build()?;
-        let handle = Box::into_raw(Box::new(redis_rlock_manager { manager }));
+        let handle = Box::into_raw(Box::new(redis_rlock_manager {
+            manager,
+            in_flight: Arc::default(),
+            created_in: std::process::id(),
+        }));
         // SAFETY: checked above.
         unsafe { out.write(handle) };
         Ok(())
@@ -120,15 +184,36 @@ fn millis_or(ms: u64, default: Duration) -> Duration {
     }
 }
 
+/// Shuts `m` down: every call waiting on it, in any thread (locks of every kind, semaphore
+/// permits), returns `REDIS_RLOCK_SHUTDOWN` within milliseconds, holding nothing, and every
+/// later acquire on it fails so without sending anything. Guards taken before keep working:
+/// they unlock, and the watchdog renews them until then. Releases and inspection calls still
+/// run. Idempotent; does not block. NULL is ignored.
+///
+/// # Safety
+/// `m` is NULL or a live manager.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_manager_shutdown(m: *const redis_rlock_manager) {
+    // SAFETY: the caller's contract.
+    if let Some(handle) = unsafe { m.as_ref() } {
+        guarded_void(|| handle.manager.shutdown());
+    }
+}
+
 /// Frees a manager. NULL is ignored.
+///
+/// Other threads may be blocked in calls on `m` meanwhile: it shuts `m` down first (as
+/// `redis_rlock_manager_shutdown`), so they return `REDIS_RLOCK_SHUTDOWN`, waits for every
+/// call in flight on `m` to return (within a response timeout: a call may be in the middle
+/// of a round trip), and only then frees it. No call on `m` may *start* once this was called.
 ///
 /// Guards still alive keep what they need, so they stay valid and may be unlocked or freed
 /// later; the manager's threads stop and its connections close when the last of them is gone.
 /// Do not use `m` afterwards.
 ///
 /// In a child made by fork() after `m` was created, this returns normally without stopping
-/// anything or sending anything: the threads and connections are the parent's, and its copy is
-/// left untouched (the child's memory of it is not reclaimed).
+/// anything, waiting or sending anything: the threads and connections are the parent's, and
+/// its copy is left untouched (the child's memory of it is not reclaimed).
 ///
 /// # Safety
 /// `m` is NULL or a manager from `redis_rlock_manager_new*` that was not freed yet.
@@ -137,7 +222,23 @@ pub unsafe extern "C" fn redis_rlock_manager_free(m: *mut redis_rlock_manager) {
     if m.is_null() {
         return;
     }
-    // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
+    // SAFETY: the caller's contract; calls in flight only read through shared references.
+    let handle = unsafe { &*m };
+    if handle.created_in == std::process::id() {
+        guarded_void(|| {
+            handle.manager.shutdown();
+            let in_flight = &handle.in_flight;
+            let mut calls = in_flight.calls.lock().unwrap_or_else(|e| e.into_inner());
+            while *calls > 0 {
+                calls = in_flight
+                    .ended
+                    .wait(calls)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        });
+    }
+    // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw, and no
+    // call uses it any more.
     let manager = unsafe { Box::from_raw(m) };
     guarded_void(move || drop(manager));
 }

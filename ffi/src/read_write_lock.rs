@@ -6,6 +6,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::redis_rlock_result;
+use super::cancel::{acquire_options, redis_rlock_lock_options};
 use super::lock::{acquire_into, redis_rlock_guard};
 use super::manager::redis_rlock_manager;
 
@@ -103,6 +104,55 @@ pub unsafe extern "C" fn redis_rlock_write_try_lock(
                 .get_read_write_lock(name)
                 .write_lock()
                 .try_lock(wait)
+        })
+    }
+}
+
+/// Takes a read hold on `name` as `opts` say, as `redis_rlock_acquire` does (`fenced` is
+/// refused: read holds take no fencing token).
+///
+/// # Safety
+/// As for `redis_rlock_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_read_acquire(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    opts: *const redis_rlock_lock_options,
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    let options = unsafe { acquire_options(opts) };
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager
+                .get_read_write_lock(name)
+                .read_lock()
+                .acquire(options)
+        })
+    }
+}
+
+/// Takes the write lock of `name` as `opts` say, as `redis_rlock_acquire` does.
+///
+/// # Safety
+/// As for `redis_rlock_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_write_acquire(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    opts: *const redis_rlock_lock_options,
+    out: *mut *mut redis_rlock_guard,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    let options = unsafe { acquire_options(opts) };
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        acquire_into(m, name, out, |manager, name| {
+            manager
+                .get_read_write_lock(name)
+                .write_lock()
+                .acquire(options)
         })
     }
 }

@@ -6,8 +6,9 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::{guarded, redis_rlock_result, ref_arg, str_arg, write_out, Failure};
-use super::manager::redis_rlock_manager;
+use super::boundary::{guarded, redis_rlock_result, str_arg, write_out, Failure};
+use super::cancel::{redis_rlock_wait_options, wait_options};
+use super::manager::{manager_arg, redis_rlock_manager};
 use redis_rlock::Semaphore;
 
 /// The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
@@ -26,9 +27,9 @@ unsafe fn with_semaphore(
 ) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (both): the caller's contract.
-        let manager = unsafe { ref_arg("manager", m)? };
+        let manager = unsafe { manager_arg(m)? };
         let name = unsafe { str_arg("name", name)? };
-        op(&manager.manager.get_semaphore(name))
+        op(&manager.get_semaphore(name))
     })
 }
 
@@ -140,6 +141,34 @@ pub unsafe extern "C" fn redis_rlock_semaphore_available_permits(
         let free = semaphore.available_permits()?;
         // SAFETY: not NULL, and writable by the caller's contract.
         unsafe { write_out("permits", permits, free) }
+    };
+    // SAFETY: the same contract, passed on.
+    unsafe { with_semaphore(m, name, op) }
+}
+
+/// Takes `permits` permits of the semaphore `name` as `opts` say (NULL: wait as long as it
+/// takes, no cancel token). `REDIS_RLOCK_OK` with `*acquired` telling whether it took them
+/// (false: the wait passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+/// `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with no permit taken.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+/// or valid, and its `cancel` NULL or a live token; `acquired` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_semaphore_acquire_with(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    permits: u32,
+    opts: *const redis_rlock_wait_options,
+    acquired: *mut bool,
+) -> redis_rlock_result {
+    // SAFETY: the caller's contract.
+    let options = unsafe { wait_options(opts) };
+    let op = |semaphore: &Semaphore| {
+        require("acquired", acquired)?;
+        let taken = semaphore.acquire_with(permits, &options)?;
+        // SAFETY: checked above.
+        unsafe { write_out("acquired", acquired, taken) }
     };
     // SAFETY: the same contract, passed on.
     unsafe { with_semaphore(m, name, op) }

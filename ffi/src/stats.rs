@@ -1,7 +1,7 @@
 //! `redis_rlock_stats`: a manager's counters for C programs' metrics and logs.
 
-use super::boundary::{guarded, redis_rlock_result, ref_arg, write_out};
-use super::manager::redis_rlock_manager;
+use super::boundary::{guarded, redis_rlock_result, write_out};
+use super::manager::{manager_arg, redis_rlock_manager};
 use redis_rlock::Stats;
 
 /// A snapshot of a manager's counters since it was created (`redis_rlock_manager_stats`), the
@@ -110,8 +110,8 @@ pub unsafe extern "C" fn redis_rlock_manager_stats(
 ) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (both): the caller's contract.
-        let manager = unsafe { ref_arg("manager", m)? };
-        let stats = redis_rlock_stats::from(manager.manager.stats());
+        let manager = unsafe { manager_arg(m)? };
+        let stats = redis_rlock_stats::from(manager.stats());
         unsafe { write_out("out", out, stats) }
     })
 }

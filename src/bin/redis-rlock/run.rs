@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis_rlock::{AcquireOptions, Lease, LockGuard, LockManager};
+use redis_rlock::{AcquireOptions, CancelToken, Lease, LockGuard, LockManager};
 use rustix::process::{kill_process, Pid, Signal};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -46,6 +46,11 @@ pub struct RunSettings {
 /// SIGCHLD ever be missed (signals of one kind are merged, never lost, but this costs nothing).
 const CHILD_CHECK: Duration = Duration::from_secs(1);
 
+/// How long a signal waits for the cancelled acquire to return: it ends within milliseconds,
+/// or once a request in flight is answered (one response timeout, 3 s by default). Past this
+/// something is badly wrong, and the exit does not wait for it.
+const CANCEL_BUDGET: Duration = Duration::from_secs(10);
+
 pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
     // The handlers go in first: from here on SIGINT, SIGTERM and SIGHUP no longer end
     // redis-rlock on the spot, so it always gets to signal its child, wait for it and release
@@ -64,7 +69,12 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
     // lock is reported as such before any waiting (and before the status line).
     lock.is_locked().map_err(fail)?;
 
-    let mut options = AcquireOptions::new().fenced(settings.fenced);
+    // A signal while waiting cancels the wait, which then ends within milliseconds and
+    // leaves nothing behind (no hold, no place in a queue).
+    let cancel = CancelToken::new();
+    let mut options = AcquireOptions::new()
+        .fenced(settings.fenced)
+        .cancel_token(&cancel);
     if let Some(wait) = settings.wait {
         options = options.wait(wait);
     }
@@ -99,10 +109,11 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
                     signal_name(origin.signal),
                     settings.name
                 );
-                // An acquire that completed meanwhile is released at once. One still in flight
-                // (its reply not yet read) leaves a hold that nobody renews: it expires after
-                // the watchdog timeout, as when a holder dies.
-                if let Ok(Ok(Some(guard))) = acquired.try_recv() {
+                // The cancelled acquire returns once its request in flight, if any, is
+                // answered (a response timeout at most), giving back what it took; an acquire
+                // that completed just before is released here.
+                cancel.cancel();
+                if let Ok(Ok(Some(guard))) = acquired.recv_timeout(CANCEL_BUDGET) {
                     release(guard, &settings.name, url);
                 }
                 return Ok(128 + origin.signal as u8);
