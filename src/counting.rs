@@ -69,3 +69,54 @@ pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
     crate::config::check_wait(wait)?;
     Ok(Instant::now() + wait)
 }
+
+/// What one look of a waiter of [`wait_on_channel_or_timer`] found.
+pub(crate) enum Look {
+    /// It got what it waited for.
+    Got,
+    /// Not yet; something changes by itself within this long at the latest (a permit's lease
+    /// ends), so look again then even if no message comes. `None`: nothing does.
+    Wait(Option<Duration>),
+}
+
+/// [`wait_on_channel`] for a condition that also comes true without a message: each look
+/// may name when to look again (a leased permit expires with nobody announcing it), which
+/// shortens that sleep. Same first attempt, subscription, poll and outage rules.
+pub(crate) fn wait_on_channel_or_timer(
+    engine: &Engine,
+    name: &str,
+    channel: &str,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<Look>,
+) -> Result<bool> {
+    if matches!(attempt()?, Look::Got) {
+        return Ok(true);
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Ok(false);
+    }
+    let subscription = engine.subscribe(channel, deadline);
+    let mut outage = Outage::of(engine);
+    loop {
+        let mut sleep = POLL;
+        match attempt() {
+            Ok(Look::Got) => return Ok(true),
+            Ok(Look::Wait(within)) => {
+                outage.over();
+                sleep = sleep.min(within.unwrap_or(POLL));
+            }
+            Err(err) => {
+                outage.ride_out(name, err)?;
+                sleep = OUTAGE_RETRY;
+            }
+        }
+        if let Some(deadline) = deadline {
+            let now = Instant::now();
+            if now >= deadline {
+                return outage.at_deadline();
+            }
+            sleep = sleep.min(deadline - now);
+        }
+        subscription.wait(sleep);
+    }
+}
