@@ -259,8 +259,9 @@
 //! CMake files. A crate of its own, so that Rust programs depending on this one build no C
 //! libraries. They wrap this API one to one: opaque manager and guard
 //! handles, a `redis_rlock_result` code from every call, and `redis_rlock_last_error()` for the
-//! message. Fair and read-write locks return ordinary guards; semaphores are used by manager
-//! and name (`redis_rlock_semaphore_*`); count-down latches have no C API yet. The README shows
+//! message. Fair and read-write locks return ordinary guards; semaphores, count-down latches and
+//! permit-expirable semaphores are used by manager and name (`redis_rlock_semaphore_*`,
+//! `redis_rlock_count_down_latch_*`, `redis_rlock_permit_expirable_semaphore_*`). The README shows
 //! how to build and link; `docs/C.md` has the details and `examples/c/` has programs.
 //!
 //! # Dependencies and why
