@@ -8,7 +8,10 @@
  *    redis_rlock_unlock (releases, reports, frees) or redis_rlock_guard_free (releases if still
  *    held, frees). Guards stay valid after their manager is freed.
  *  - Semaphores (redis_rlock_semaphore_*) have no handle: a semaphore is its name, and its
- *    permits have no owner (any thread may release them).
+ *    permits have no owner (any thread may release them). Neither have count-down latches
+ *    (redis_rlock_count_down_latch_*) nor permit-expirable semaphores
+ *    (redis_rlock_permit_expirable_semaphore_*), whose permit ids are written into buffers of
+ *    the caller's (REDIS_RLOCK_PERMIT_ID_SIZE bytes).
  *  - Strings passed in are borrowed for the call only. Strings returned
  *    (redis_rlock_last_error, redis_rlock_result_str, redis_rlock_version) belong to the library:
  *    never free them.
@@ -37,6 +40,11 @@
  * `wait_ms` of the option structs: wait as long as it takes.
  */
 #define REDIS_RLOCK_WAIT_FOREVER UINT64_MAX
+
+/**
+ * The size of a permit id buffer: 32 hex characters and the terminating NUL.
+ */
+#define REDIS_RLOCK_PERMIT_ID_SIZE 33
 
 /**
  * The most permits a semaphore holds, and so the most one call may ask for: Redisson counts
@@ -338,6 +346,54 @@ redis_rlock_lock_options redis_rlock_lock_options_default(void);
 redis_rlock_wait_options redis_rlock_wait_options_default(void);
 
 /**
+ * Sets the count of the latch `name` to `count` (1 to 2^63 - 1) if it is zero (open, or never
+ * set); `*set` tells whether it was set. A latch still counting keeps its count.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `set` is NULL or
+ * valid for a write.
+ */
+redis_rlock_result redis_rlock_count_down_latch_try_set_count(redis_rlock_manager *m,
+                                                              const char *name,
+                                                              uint64_t count,
+                                                              bool *set);
+
+/**
+ * Takes one off the count of `name`; at zero every waiter, in any process, is woken. A latch
+ * whose count is zero stays so. A lost reply is not sent again (`REDIS_RLOCK_REDIS_ERROR`: the
+ * count may or may not have gone down).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_rlock_result redis_rlock_count_down_latch_count_down(redis_rlock_manager *m,
+                                                           const char *name);
+
+/**
+ * Sets `*count` to the count of `name` right now (0 when open or never set).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `count` is NULL
+ * or valid for a write.
+ */
+redis_rlock_result redis_rlock_count_down_latch_count(redis_rlock_manager *m,
+                                                      const char *name,
+                                                      uint64_t *count);
+
+/**
+ * Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
+ * Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
+ * or valid for a write.
+ */
+redis_rlock_result redis_rlock_count_down_latch_wait(redis_rlock_manager *m,
+                                                     const char *name,
+                                                     uint64_t timeout_ms,
+                                                     bool *opened);
+
+/**
  * Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
  * first come, first served. The watchdog renews the lease until the guard is unlocked or
  * freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
@@ -621,6 +677,133 @@ void redis_rlock_manager_shutdown(const redis_rlock_manager *m);
  * `m` is NULL or a manager from `redis_rlock_manager_new*` that was not freed yet.
  */
 void redis_rlock_manager_free(redis_rlock_manager *m);
+
+/**
+ * Creates the semaphore `name` with `permits` free permits (0 allowed, at most
+ * `REDIS_RLOCK_SEMAPHORE_MAX_PERMITS`) if it does not exist; `*set` tells whether it was.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `set` is NULL or
+ * valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_try_set_permits(redis_rlock_manager *m,
+                                                                          const char *name,
+                                                                          uint32_t permits,
+                                                                          bool *set);
+
+/**
+ * Makes `permits` the number of permits of `name` in all, free and acquired (the free count
+ * moves by the difference); creates the semaphore when it does not exist.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_set_permits(redis_rlock_manager *m,
+                                                                      const char *name,
+                                                                      uint32_t permits);
+
+/**
+ * Adds `permits` free permits to `name` (negative: takes them away; 0 is refused) and wakes
+ * waiters when some were added.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_add_permits(redis_rlock_manager *m,
+                                                                      const char *name,
+                                                                      int32_t permits);
+
+/**
+ * Takes one permit of `name`, waiting as long as it takes, and writes its id into `id`. With
+ * `lease_ms` > 0 the permit is free again that long after it was taken unless released
+ * first; 0: no lease.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `id` is NULL or
+ * valid for a write of `REDIS_RLOCK_PERMIT_ID_SIZE` bytes.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_acquire(redis_rlock_manager *m,
+                                                                  const char *name,
+                                                                  uint64_t lease_ms,
+                                                                  char *id);
+
+/**
+ * Takes one permit of `name` if one becomes free within `wait_ms` milliseconds (0: one
+ * attempt); `lease_ms` as for `redis_rlock_permit_expirable_semaphore_acquire`. Returns
+ * `REDIS_RLOCK_OK` either way, with `*acquired` telling whether a permit was taken and `id`
+ * holding its id (or `""`).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `id` is NULL or
+ * valid for a write of `REDIS_RLOCK_PERMIT_ID_SIZE` bytes; `acquired` is NULL or valid for a
+ * write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_try_acquire(redis_rlock_manager *m,
+                                                                      const char *name,
+                                                                      uint64_t wait_ms,
+                                                                      uint64_t lease_ms,
+                                                                      char *id,
+                                                                      bool *acquired);
+
+/**
+ * Gives back the permit `id` of `name`. An id that is not acquired (never was, released
+ * already, or its lease ended) is `REDIS_RLOCK_NOT_HELD`; one that is not 32 hex characters,
+ * `REDIS_RLOCK_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` and `id` are NULL or NUL-terminated strings.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_release(redis_rlock_manager *m,
+                                                                  const char *name,
+                                                                  const char *id);
+
+/**
+ * Gives back the permit `id` of `name`; `*released` is false when it was not acquired.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` and `id` are NULL or NUL-terminated strings;
+ * `released` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_try_release(redis_rlock_manager *m,
+                                                                      const char *name,
+                                                                      const char *id,
+                                                                      bool *released);
+
+/**
+ * Sets the lease of the acquired permit `id` of `name` to `lease_ms` (at least 1) from now;
+ * `*updated` is false when the permit is not acquired.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` and `id` are NULL or NUL-terminated strings;
+ * `updated` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_update_lease_time(redis_rlock_manager *m,
+                                                                            const char *name,
+                                                                            const char *id,
+                                                                            uint64_t lease_ms,
+                                                                            bool *updated);
+
+/**
+ * Sets `*permits` to how many permits of `name` are free (expired ones taken back first).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `permits` is NULL
+ * or valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_available_permits(redis_rlock_manager *m,
+                                                                            const char *name,
+                                                                            uint64_t *permits);
+
+/**
+ * Sets `*permits` to how many permits of `name` are acquired and not expired.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `permits` is NULL
+ * or valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_acquired_permits(redis_rlock_manager *m,
+                                                                           const char *name,
+                                                                           uint64_t *permits);
 
 /**
  * Waits as long as it takes to take a read hold on the read-write lock `name`: shared with

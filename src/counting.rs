@@ -38,8 +38,37 @@ pub(crate) fn wait_on_channel(
     stop: &Stop,
     mut attempt: impl FnMut() -> Result<bool>,
 ) -> Result<bool> {
+    wait_on_channel_or_timer(engine, name, channel, deadline, stop, || {
+        Ok(if attempt()? {
+            Look::Got
+        } else {
+            Look::Wait(None)
+        })
+    })
+}
+
+/// What one look of a waiter of [`wait_on_channel_or_timer`] found.
+pub(crate) enum Look {
+    /// It got what it waited for.
+    Got,
+    /// Not yet; something changes by itself within this long at the latest (a permit's lease
+    /// ends), so look again then even if no message comes. `None`: nothing does.
+    Wait(Option<Duration>),
+}
+
+/// [`wait_on_channel`] for a condition that also comes true without a message: each look
+/// may name when to look again (a leased permit expires with nobody announcing it), which
+/// shortens that sleep. Same first attempt, subscription, poll, outage and stop rules.
+pub(crate) fn wait_on_channel_or_timer(
+    engine: &Engine,
+    name: &str,
+    channel: &str,
+    deadline: Option<Instant>,
+    stop: &Stop,
+    mut attempt: impl FnMut() -> Result<Look>,
+) -> Result<bool> {
     stop.check()?;
-    if attempt()? {
+    if matches!(attempt()?, Look::Got) {
         return Ok(true);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -51,8 +80,11 @@ pub(crate) fn wait_on_channel(
         stop.check()?;
         let mut sleep = POLL;
         match attempt() {
-            Ok(true) => return Ok(true),
-            Ok(false) => outage.over(),
+            Ok(Look::Got) => return Ok(true),
+            Ok(Look::Wait(within)) => {
+                outage.over();
+                sleep = sleep.min(within.unwrap_or(POLL));
+            }
             Err(err) => {
                 outage.ride_out(name, err)?;
                 sleep = OUTAGE_RETRY;

@@ -264,6 +264,11 @@
 //!   lease; [`Semaphore::acquire_guard`] returns [`SemaphorePermits`] that go back on drop.
 //! - [`CountDownLatch`] ([`LockManager::get_count_down_latch`], Redisson's `RCountDownLatch`):
 //!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero.
+//! - [`PermitExpirableSemaphore`] ([`LockManager::get_permit_expirable_semaphore`],
+//!   Redisson's `RPermitExpirableSemaphore`): a semaphore whose permits have ids (what
+//!   [`acquire`](PermitExpirableSemaphore::acquire) returns and
+//!   [`release`](PermitExpirableSemaphore::release) takes) and, if asked, leases: a permit
+//!   whose lease ended is free again without a release, so a dead process's permits come back.
 //!
 //! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
 //! release (or reached-zero) message, and look again at least once a second. A key lost to a
@@ -295,8 +300,9 @@
 //! CMake files. A crate of its own, so that Rust programs depending on this one build no C
 //! libraries. They wrap this API one to one: opaque manager and guard
 //! handles, a `redis_rlock_result` code from every call, and `redis_rlock_last_error()` for the
-//! message. Fair and read-write locks return ordinary guards; semaphores are used by manager
-//! and name (`redis_rlock_semaphore_*`); count-down latches have no C API yet. The README shows
+//! message. Fair and read-write locks return ordinary guards; semaphores, count-down latches and
+//! permit-expirable semaphores are used by manager and name (`redis_rlock_semaphore_*`,
+//! `redis_rlock_count_down_latch_*`, `redis_rlock_permit_expirable_semaphore_*`). The README shows
 //! how to build and link; `docs/C.md` has the details and `examples/c/` has programs.
 //!
 //! # Dependencies and why
@@ -355,6 +361,7 @@ mod names;
 mod options;
 mod outage;
 mod owner;
+mod permit_expirable_semaphore;
 mod pool;
 mod pubsub_connection;
 mod read_write_lock;
@@ -384,8 +391,13 @@ pub mod lua {
     pub use crate::count_down_latch::{
         COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,
     };
+    pub use crate::permit_expirable_semaphore::{
+        PERMIT_SEMAPHORE_ACQUIRE, PERMIT_SEMAPHORE_ADD_PERMITS, PERMIT_SEMAPHORE_COUNTS,
+        PERMIT_SEMAPHORE_RELEASE, PERMIT_SEMAPHORE_SET_PERMITS, PERMIT_SEMAPHORE_UPDATE_LEASE,
+    };
     pub use crate::semaphore::{
-        SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE, SEMAPHORE_TRY_SET_PERMITS,
+        SEMAPHORE_ADD_PERMITS, SEMAPHORE_DRAIN_PERMITS, SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE,
+        SEMAPHORE_TRY_SET_PERMITS,
     };
 }
 
@@ -399,6 +411,7 @@ pub use lock::Lock;
 pub use manager::LockManager;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use options::{AcquireOptions, Lease, WaitOptions};
+pub use permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemaphore};
 pub use pubsub_connection::PubSubProtocol;
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};
@@ -420,6 +433,7 @@ const _: () = {
     assert_send_sync::<Semaphore>();
     assert_send_sync::<SemaphorePermits>();
     assert_send_sync::<CountDownLatch>();
+    assert_send_sync::<PermitExpirableSemaphore>();
     assert_send_sync::<MultiLock>();
     assert_send_sync::<MultiLockGuard>();
     assert_send_sync::<RedLock>();

@@ -143,6 +143,31 @@ impl Lock {
         self.acquire(AcquireOptions::new().wait(wait).fenced(true))
     }
 
+    /// The last fencing token handed out for this lock name, read without acquiring (the
+    /// value of Redisson's counter `redisson_lock_token:{name}`); `None` when no fenced
+    /// acquire ever happened (or the counter was lost, see [`lock_fenced`](Self::lock_fenced)).
+    /// The next fenced acquire gets a larger one. A counter key of another type is
+    /// [`Error::WrongType`](crate::Error::WrongType).
+    pub fn current_token(&self) -> Result<Option<u64>> {
+        let keys = self.keys()?;
+        let engine = self.engine()?;
+        let budget = engine.config().response_timeout;
+        let key = keys.token_key();
+        let value: Option<String> =
+            engine
+                .store()
+                .run_within("current_token", &keys.name, 1, budget, |conn| {
+                    redis::cmd("GET").arg(&key).query(conn)
+                })?;
+        value
+            .map(|value| {
+                value.parse().map_err(|_| crate::Error::WrongType {
+                    name: keys.name.to_string(),
+                })
+            })
+            .transpose()
+    }
+
     /// Whether anyone (any thread, process or client) holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
         self.engine()?.store().is_locked(self.keys()?)

@@ -13,6 +13,7 @@ use crate::fair_lock::FairLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
+use crate::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::read_write_lock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
@@ -166,6 +167,13 @@ impl LockManager {
     /// name is reported by the first operation on the handle.
     pub fn get_semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the permit-expirable semaphore called `name` (Redisson's
+    /// `RPermitExpirableSemaphore`): permits with ids and optional leases. No I/O; an invalid
+    /// name is reported by the first operation on the handle.
+    pub fn get_permit_expirable_semaphore(&self, name: &str) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.clone(), name)
     }
 
     /// A handle on the count-down latch called `name` (Redisson's `RCountDownLatch`). No

@@ -75,6 +75,17 @@ pub(crate) fn attempt_marker(name: &str, owner: &str) -> String {
     key
 }
 
+/// `{name}:timeout`, or `name:timeout` when the name already has a `{` (Redisson's
+/// `suffixName`): a permit-expirable semaphore's acquired permits, scored by their expiry.
+/// Same slot as the name and its channel wherever `check_cluster_name` accepts the name.
+pub(crate) fn permit_timeout_key(name: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:timeout")
+    } else {
+        format!("{{{name}}}:timeout")
+    }
+}
+
 /// A validated lock name, and the keys derived from it. Equal when the names are.
 ///
 /// Only the name is stored: one is kept per held lock, and the channel is needed only to wait
@@ -306,6 +317,19 @@ mod tests {
             count_down_latch_channel("{job}:7"),
             "redisson_countdownlatch__channel__{{job}:7}"
         );
+    }
+
+    #[test]
+    fn permit_timeout_key_is_redissons_suffix_name() {
+        assert_eq!(permit_timeout_key("pool"), "{pool}:timeout");
+        assert_eq!(permit_timeout_key("{pool}:a"), "{pool}:a:timeout");
+        for name in ["pool", "{pool}:a"] {
+            let slot = crate::slot::of(name.as_bytes());
+            let timeout = permit_timeout_key(name);
+            assert_eq!(crate::slot::of(timeout.as_bytes()), slot, "{name}");
+            let channel = semaphore_channel(name);
+            assert_eq!(crate::slot::of(channel.as_bytes()), slot, "{name}");
+        }
     }
 
     #[test]

@@ -101,6 +101,56 @@ static TRY_SET_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHOR
 static TRY_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_TRY_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEASE));
 
+/// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits to add (negative takes
+/// some away), `ARGV[2]` publish command, `ARGV[3]` the largest count allowed either way.
+/// Adds them (a missing semaphore counts as 0), announces the new count when permits were
+/// added and some are free (Redisson's `addPermits` announces it always; a count of zero or
+/// less wakes nobody), replies the new count. A count that would leave ±`ARGV[3]` changes
+/// nothing, reply nil (*ours*, as `SEMAPHORE_RELEASE`).
+pub const SEMAPHORE_ADD_PERMITS: &str = r#"
+local free = redis.call('get', KEYS[1])
+if free == false then
+    free = 0
+else
+    free = tonumber(free)
+    if free == nil then
+        return redis.error_reply('WRONGTYPE the key holds a string that is not a permit count')
+    end
+end
+local now = free + tonumber(ARGV[1])
+if math.abs(now) > tonumber(ARGV[3]) then
+    return false
+end
+redis.call('set', KEYS[1], now)
+if tonumber(ARGV[1]) > 0 and now > 0 then
+    redis.pcall(ARGV[2], KEYS[2], now)
+end
+return now
+"#;
+
+/// `KEYS[1]` the semaphore. Takes every free permit: sets a positive count to 0 and replies
+/// it; an absent semaphore, or a count of zero or less, is left as it is, reply 0 (*ours*:
+/// Redisson would set a negative count to 0, creating permits). A value that is not a number
+/// is refused with WRONGTYPE.
+pub const SEMAPHORE_DRAIN_PERMITS: &str = r#"
+local free = redis.call('get', KEYS[1])
+if free == false then
+    return 0
+end
+free = tonumber(free)
+if free == nil then
+    return redis.error_reply('WRONGTYPE the key holds a string that is not a permit count')
+end
+if free <= 0 then
+    return 0
+end
+redis.call('set', KEYS[1], 0)
+return free
+"#;
+
+static ADD_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_ADD_PERMITS));
+static DRAIN_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_DRAIN_PERMITS));
+
 /// A handle on one named semaphore: a count of permits in Redis, shared by every thread,
 /// process and Redisson client that uses the name. Cheap to create
 /// ([`LockManager::get_semaphore`] does no I/O) and to clone; it keeps its manager alive.
@@ -115,7 +165,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEAS
 ///
 /// Permits have no lease either: permits taken by a process that dies are never given back
 /// (Redisson's semaphore has the same limit; its `RPermitExpirableSemaphore` is another
-/// protocol).
+/// protocol: [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore)).
 ///
 /// Every count is at most [`MAX_PERMITS`](Semaphore::MAX_PERMITS) (a Java `int`, Redisson's
 /// limit); asking for zero permits, or more than that, is an [`Error::InvalidArgument`].
@@ -372,6 +422,60 @@ impl Semaphore {
         engine.check_process()?;
         check_name(&self.name)?;
         Ok(engine)
+    }
+}
+
+/// Adding and draining permits (Redisson's `addPermits` and `drainPermits`).
+impl Semaphore {
+    /// Adds `permits` free permits, or takes `-permits` away (the count may then go below
+    /// zero, as Redisson's `reducePermits` leaves it); a missing semaphore counts as 0. When
+    /// permits were added, the new count is announced and as many waiters are woken.
+    ///
+    /// Zero, or a change that would take the count past ±[`MAX_PERMITS`](Self::MAX_PERMITS),
+    /// is an [`Error::InvalidArgument`] and changes nothing. A lost reply is not sent again
+    /// (adding twice would create permits).
+    pub fn add_permits(&self, permits: i32) -> Result<()> {
+        let engine = self.engine()?;
+        if permits == 0 {
+            return Err(Error::invalid(
+                "permits",
+                "0 permits: add or remove at least 1",
+            ));
+        }
+        let store = engine.store();
+        let now: Option<i64> = store.invoke(
+            "semaphore add_permits",
+            &self.name,
+            ADD_PERMITS
+                .key(&*self.name)
+                .key(self.channel())
+                .arg(permits)
+                .arg(store.publish_command())
+                .arg(Self::MAX_PERMITS),
+        )?;
+        now.map(drop).ok_or_else(|| {
+            Error::invalid(
+                "permits",
+                format!(
+                    "adding {permits} would take semaphore {:?} past ±{} permits (Redisson's \
+                     limit); nothing was changed",
+                    self.name,
+                    Self::MAX_PERMITS
+                ),
+            )
+        })
+    }
+
+    /// Takes every free permit at once and returns how many that was (0 when none are free or
+    /// the semaphore does not exist). Nobody is woken: nothing was given back.
+    pub fn drain_permits(&self) -> Result<u64> {
+        let engine = self.engine()?;
+        let drained: i64 = engine.store().invoke(
+            "semaphore drain_permits",
+            &self.name,
+            &DRAIN_PERMITS.key(&*self.name),
+        )?;
+        Ok(u64::try_from(drained).unwrap_or(0))
     }
 }
 

@@ -949,3 +949,56 @@ fn runs_on_a_cluster_through_its_url_form() {
         .unwrap();
     assert!(!left, "the run released the lock");
 }
+
+#[test]
+fn status_shows_a_permit_expirable_semaphores_permits_and_their_leases() {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url()).unwrap();
+    let run = |args: &[&str]| {
+        let out = output(redis_rlock(&server, args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr_of(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let kind = ["--kind", "permit-expirable-semaphore"];
+    let semaphore = manager.get_permit_expirable_semaphore("cli-pes");
+    assert!(semaphore.try_set_permits(4).unwrap());
+    let forever = semaphore.acquire(None).unwrap();
+    let leased = semaphore.acquire(Some(Duration::from_secs(600))).unwrap();
+    let brief = semaphore.acquire(Some(Duration::from_millis(1))).unwrap();
+    // The 1 ms lease has ended once the semaphore says so (it takes it back then).
+    assert!(support::eventually(Duration::from_secs(10), || {
+        semaphore.acquired_permit_leases().unwrap()[0]
+            .expires_at
+            .unwrap()
+            < std::time::SystemTime::now()
+    }));
+
+    let mut args = vec!["status", "cli-pes"];
+    args.extend(kind);
+    args.push("--json");
+    let value: serde_json::Value = serde_json::from_str(&run(&args)).expect("JSON");
+    assert_eq!(value["kind"], "permit-expirable-semaphore", "{value}");
+    assert_eq!(value["permits"], 2, "one free, one expired: {value}");
+    let acquired = value["acquired"].as_array().expect("acquired");
+    assert_eq!(acquired.len(), 3, "{value}");
+    // Soonest expiry first; no lease last.
+    assert_eq!(acquired[0]["id"], brief.as_str());
+    assert_eq!(acquired[0]["expired"], true);
+    assert_eq!(acquired[1]["id"], leased.as_str());
+    let left = acquired[1]["lease_left_ms"].as_u64().expect("a lease");
+    assert!((500_000..=600_000).contains(&left), "{left}");
+    assert_eq!(acquired[2]["id"], forever.as_str());
+    assert!(acquired[2]["lease_left_ms"].is_null());
+
+    let text = run(&["status", "cli-pes", kind[0], kind[1]]);
+    assert!(text.contains("\"cli-pes\": 2 free, 2 acquired"), "{text}");
+    assert!(text.contains(&format!("{forever}  no lease")), "{text}");
+    assert!(text.contains(&format!("{brief}  expired")), "{text}");
+    assert!(text.contains(&format!("{leased}  expires in ")), "{text}");
+    // Status reads only: the expired permit is still there for the next operation to take.
+    let raw: u64 = redis::cmd("ZCARD")
+        .arg("{cli-pes}:timeout")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(raw, 3);
+}

@@ -206,3 +206,43 @@ fn a_bad_counter_fails_the_fenced_acquire_before_the_lock_or_counter_is_touched(
     }
     Ok(())
 }
+
+#[test]
+fn current_token_reads_the_counter_without_acquiring() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let lock = manager.get_lock("fence:peek");
+    assert_eq!(lock.current_token()?, None, "no fenced acquire yet");
+    let plain = lock.lock()?;
+    assert_eq!(
+        lock.current_token()?,
+        None,
+        "unfenced acquires take no token"
+    );
+    plain.unlock()?;
+
+    let fenced = lock.lock_fenced()?;
+    let token = fenced.fencing_token().unwrap();
+    assert_eq!(lock.current_token()?, Some(token));
+    fenced.unlock()?;
+    assert_eq!(lock.current_token()?, Some(token), "reading takes none");
+    let next = lock.lock_fenced()?;
+    assert_eq!(next.fencing_token(), Some(token + 1));
+    assert!(!lock.is_locked()? || lock.is_held_by_current_thread()?);
+
+    // Redisson's counter, by the brace rule; a key of another type is reported.
+    let mut conn = server.conn();
+    let _: () = conn.set("redisson_lock_token:{orders}:1", 41).unwrap();
+    assert_eq!(manager.get_lock("{orders}:1").current_token()?, Some(41));
+    let _: () = conn
+        .hset("redisson_lock_token:{fence:odd}", "f", "v")
+        .unwrap();
+    let err = manager.get_lock("fence:odd").current_token().unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    assert!(manager
+        .get_lock("")
+        .current_token()
+        .unwrap_err()
+        .is_invalid_argument());
+    Ok(())
+}

@@ -461,3 +461,93 @@ fn after_a_restart_the_semaphore_is_gone_until_set_or_released() -> TestResult {
     assert_eq!(stored, 3);
     Ok(())
 }
+
+/// Redisson's `addPermits` script, verbatim from
+/// redisson/src/main/java/org/redisson/RedissonSemaphore.java (addPermitsAsync): the Java side.
+/// KEYS: name, channel. ARGV: permits, publish command.
+const REDISSON_ADD_PERMITS: &str = "local value = redis.call('get', KEYS[1]); if (value == false) then value = 0;end;redis.call('set', KEYS[1], value + ARGV[1]); redis.call(ARGV[2], KEYS[2], value + ARGV[1]); ";
+
+#[test]
+fn add_permits_of_either_sign_and_a_waiter_woken_by_it() -> TestResult {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "sem:add";
+    let semaphore = manager.get_semaphore(name);
+    let mut conn = server.conn();
+    // A missing semaphore counts as 0: adding creates it.
+    semaphore.add_permits(2)?;
+    assert_eq!(semaphore.available_permits()?, 2);
+    semaphore.add_permits(-3)?;
+    let stored: i64 = conn.get(name)?;
+    assert_eq!(
+        stored, -1,
+        "below zero, as Redisson's reducePermits leaves it"
+    );
+    assert_eq!(semaphore.available_permits()?, 0);
+
+    let waiter = Holder::spawn(&semaphore, 1);
+    assert!(support::await_subscribers(&mut conn, &channel(name), 1));
+    let mut watcher_conn = server.conn();
+    let mut watcher = support::watch_channel(&mut watcher_conn, &channel(name));
+    semaphore.add_permits(2)?;
+    let announced: i64 = watcher.get_message()?.get_payload()?;
+    assert_eq!(announced, 1, "the new count");
+    waiter.await_acquired();
+    assert_eq!(semaphore.available_permits()?, 0);
+    waiter.release();
+
+    // Redisson's addPermits wakes a waiter of ours too.
+    let waiter = Holder::spawn(&semaphore, 2);
+    assert!(support::await_subscribers(&mut conn, &channel(name), 2));
+    let _: () = redis::Script::new(REDISSON_ADD_PERMITS)
+        .key(name)
+        .key(channel(name))
+        .arg(1)
+        .arg("publish")
+        .invoke(&mut conn)?;
+    waiter.await_acquired();
+    waiter.release();
+    assert_eq!(semaphore.available_permits()?, 2);
+
+    // Zero and counts past Redisson's int range are refused, changing nothing.
+    assert!(semaphore.add_permits(0).unwrap_err().is_invalid_argument());
+    let err = semaphore.add_permits(i32::MAX).expect_err("overflow");
+    assert!(err.is_invalid_argument(), "{err}");
+    semaphore.add_permits(-(i32::MAX - 2))?;
+    let err = semaphore.add_permits(-5).expect_err("underflow");
+    assert!(err.is_invalid_argument(), "{err}");
+    let stored: i64 = conn.get(name)?;
+    assert_eq!(stored, -(i64::from(i32::MAX) - 4));
+    Ok(())
+}
+
+#[test]
+fn drain_permits_takes_every_free_permit() -> TestResult {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "sem:drain";
+    let semaphore = manager.get_semaphore(name);
+    assert_eq!(
+        semaphore.drain_permits()?,
+        0,
+        "a missing semaphore has none"
+    );
+    assert!(semaphore.try_set_permits(5)?);
+    let held = semaphore.acquire_guard(2)?;
+    assert_eq!(semaphore.drain_permits()?, 3);
+    assert_eq!(semaphore.available_permits()?, 0);
+    assert!(!semaphore.try_acquire(1, Duration::ZERO)?);
+    assert_eq!(semaphore.drain_permits()?, 0);
+    drop(held);
+    assert_eq!(semaphore.drain_permits()?, 2, "what came back");
+
+    // A count below zero is left alone (draining it would create permits).
+    let mut conn = server.conn();
+    let _: () = conn.set(name, -4)?;
+    assert_eq!(semaphore.drain_permits()?, 0);
+    let stored: i64 = conn.get(name)?;
+    assert_eq!(stored, -4);
+    let _: () = conn.set(name, "text")?;
+    assert!(semaphore.drain_permits().unwrap_err().is_wrong_type());
+    Ok(())
+}

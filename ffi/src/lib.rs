@@ -15,13 +15,16 @@
 
 mod boundary;
 mod cancel;
+mod count_down_latch;
 mod fair_lock;
 mod lock;
 mod manager;
+mod permit_expirable_semaphore;
 mod read_write_lock;
 mod semaphore;
 mod stats;
 
 // Only the header's constant: public so that the compiler counts it as used.
 pub use cancel::REDIS_RLOCK_WAIT_FOREVER;
+pub use permit_expirable_semaphore::REDIS_RLOCK_PERMIT_ID_SIZE;
 pub use semaphore::REDIS_RLOCK_SEMAPHORE_MAX_PERMITS;

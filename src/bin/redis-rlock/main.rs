@@ -220,8 +220,9 @@ struct StatusArgs {
     kind: Kind,
     /// Print one JSON object. A lock: {"name", "kind": "lock", "held", "owners": [{"owner",
     /// "holds"}], "ttl_ms", "mode", "queue"}; a semaphore: {"name", "kind", "exists",
-    /// "permits"}; a latch: {"name", "kind", "count", "open"}; a number not told which:
-    /// {"name", "kind": "semaphore-or-latch", "value"}.
+    /// "permits"}; a latch: {"name", "kind", "count", "open"}; a permit-expirable semaphore:
+    /// {"name", "kind", "permits", "acquired": [{"id", "lease_left_ms", "expired"}]}; a number
+    /// not told which: {"name", "kind": "semaphore-or-latch", "value"}.
     #[arg(long)]
     json: bool,
 }

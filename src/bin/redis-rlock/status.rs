@@ -1,7 +1,7 @@
 //! `redis-rlock status`: who holds a lock, how many times, and for how long yet; and the
 //! snapshot of a lock that the progress line and the unlock prompt show.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use redis_rlock::LockManager;
 
@@ -113,6 +113,8 @@ pub enum Kind {
     Semaphore,
     /// A count-down latch: its count.
     Latch,
+    /// A permit-expirable semaphore: free permits, acquired permit ids and their expiry.
+    PermitExpirableSemaphore,
 }
 
 /// `redis-rlock status NAME [--kind KIND] [--json]`. Exit 0 whether the lock is held or free,
@@ -124,6 +126,7 @@ pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failu
         Kind::Lock => lock_status(&manager, url, name, json),
         Kind::Semaphore => semaphore_status(&manager, url, name, json),
         Kind::Latch => latch_status(&manager, url, name, json),
+        Kind::PermitExpirableSemaphore => permit_semaphore_status(&manager, url, name, json),
         Kind::Auto => match lock_status(&manager, url, name, json) {
             // A string: Redisson keeps a semaphore's permits and a latch's count alike, as a
             // number at the key, so this is all that can be said without being told.
@@ -217,6 +220,68 @@ fn latch_status(manager: &LockManager, url: &str, name: &str, json: bool) -> Res
         say!("count-down latch {name:?}: count 0, open");
     } else {
         say!("count-down latch {name:?}: count {count}, closed (waiters wait for 0)");
+    }
+    Ok(0)
+}
+
+/// A permit-expirable semaphore's free permits and acquired permits, read only: a permit whose
+/// lease ended is counted as free (the next operation of any client takes it back) and listed
+/// as expired.
+fn permit_semaphore_status(
+    manager: &LockManager,
+    url: &str,
+    name: &str,
+    json: bool,
+) -> Result<u8, Failure> {
+    let fail = |err| Failure::from_lock_error(err, url);
+    // The count is a plain semaphore's (a GET that refuses a key that is not a number).
+    let stored = manager
+        .get_semaphore(name)
+        .available_permits()
+        .map_err(fail)?;
+    let leases = manager
+        .get_permit_expirable_semaphore(name)
+        .acquired_permit_leases()
+        .map_err(fail)?;
+    let now = SystemTime::now();
+    // Remaining lease per permit: None without a lease, Some(ZERO) when it ended.
+    let left: Vec<Option<Duration>> = leases
+        .iter()
+        .map(|p| {
+            p.expires_at
+                .map(|at| at.duration_since(now).unwrap_or_default())
+        })
+        .collect();
+    let expired = left.iter().filter(|l| **l == Some(Duration::ZERO)).count() as u64;
+    let free = stored + expired;
+    if json {
+        let acquired: Vec<_> = leases
+            .iter()
+            .zip(&left)
+            .map(|(p, l)| {
+                let ms = l.map(|l| l.as_millis() as u64);
+                serde_json::json!({ "id": p.id, "lease_left_ms": ms, "expired": ms == Some(0) })
+            })
+            .collect();
+        say!(
+            "{}",
+            serde_json::json!({
+                "name": name, "kind": "permit-expirable-semaphore", "permits": free,
+                "acquired": acquired,
+            })
+        );
+        return Ok(0);
+    }
+    say!(
+        "permit-expirable semaphore {name:?}: {free} free, {} acquired",
+        leases.len() as u64 - expired
+    );
+    for (permit, left) in leases.iter().zip(&left) {
+        match left {
+            None => say!("  {}  no lease", permit.id),
+            Some(Duration::ZERO) => say!("  {}  expired (free at the next operation)", permit.id),
+            Some(left) => say!("  {}  expires in {}", permit.id, show(*left)),
+        }
     }
     Ok(0)
 }

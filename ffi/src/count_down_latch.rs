@@ -1,0 +1,105 @@
+//! Count-down latches from C: Redisson's `RCountDownLatch` by name, one call per operation.
+//!
+//! No handle type, as for semaphores: a latch is its name, and any thread or process may count
+//! it down, so there is nothing to keep between calls but the manager.
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use super::boundary::{guarded, redis_rlock_result, str_arg, write_out, Failure};
+use super::manager::{manager_arg, redis_rlock_manager};
+use redis_rlock::CountDownLatch;
+
+/// The shared body: checks the arguments and the out pointer (`what`, NULL for none), then
+/// runs `op` on the latch `name`.
+///
+/// # Safety
+/// As for the exported functions: each pointer is NULL or valid.
+unsafe fn with_latch<T>(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    out: Option<(&str, *mut T)>,
+    op: impl FnOnce(&CountDownLatch) -> Result<T, Failure>,
+) -> redis_rlock_result {
+    guarded(|| {
+        // SAFETY (both): the caller's contract.
+        let manager = unsafe { manager_arg(m)? };
+        let name = unsafe { str_arg("name", name)? };
+        if let Some((what, ptr)) = out {
+            if ptr.is_null() {
+                return Err(Failure::invalid(format!("{what} is NULL")));
+            }
+        }
+        let value = op(&manager.get_count_down_latch(name))?;
+        match out {
+            // SAFETY: checked not NULL above, and writable by the caller's contract.
+            Some((what, ptr)) => unsafe { write_out(what, ptr, value) },
+            None => Ok(()),
+        }
+    })
+}
+
+/// Sets the count of the latch `name` to `count` (1 to 2^63 - 1) if it is zero (open, or never
+/// set); `*set` tells whether it was set. A latch still counting keeps its count.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `set` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_try_set_count(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    count: u64,
+    set: *mut bool,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { with_latch(m, name, Some(("set", set)), |l| Ok(l.try_set_count(count)?)) }
+}
+
+/// Takes one off the count of `name`; at zero every waiter, in any process, is woken. A latch
+/// whose count is zero stays so. A lost reply is not sent again (`REDIS_RLOCK_REDIS_ERROR`: the
+/// count may or may not have gone down).
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_count_down(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { with_latch::<()>(m, name, None, |l| Ok(l.count_down()?)) }
+}
+
+/// Sets `*count` to the count of `name` right now (0 when open or never set).
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `count` is NULL
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_count(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    count: *mut u64,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { with_latch(m, name, Some(("count", count)), |l| Ok(l.count()?)) }
+}
+
+/// Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
+/// Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_wait(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    timeout_ms: u64,
+    opened: *mut bool,
+) -> redis_rlock_result {
+    let timeout = Duration::from_millis(timeout_ms);
+    // SAFETY: the same contract, passed on.
+    unsafe { with_latch(m, name, Some(("opened", opened)), |l| Ok(l.wait(timeout)?)) }
+}
