@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::attempt_id::AttemptId;
+use crate::backoff::Backoff;
 use crate::cancel::CancelToken;
 use crate::clock::BootInstant;
 use crate::config::Config;
@@ -649,6 +650,8 @@ impl Engine {
         // A grant can only follow this wait's first registration: its lease counts from no
         // earlier than this.
         let registered_from = BootInstant::now();
+        // A release nobody announced (a spin lock's, a deleted key) is found by looking again.
+        let mut backoff = Backoff::new(current_thread_number());
         // A waiter rides out an outage (a restart, its data loading back, a failover) for the
         // outage grace (`crate::outage`), woken when the listener is back; past that the
         // outage is reported. Redis down for good is still an error.
@@ -683,7 +686,9 @@ impl Engine {
                     Some(OUTAGE_RETRY.as_millis() as u64)
                 }
             };
-            let mut sleep = holder_ttl.map_or(NO_TTL_POLL, Duration::from_millis);
+            let mut sleep = holder_ttl
+                .map_or(NO_TTL_POLL, Duration::from_millis)
+                .min(backoff.next(self.subscriber.channel_count()));
             if let Some(deadline) = deadline {
                 let now = Instant::now();
                 if now >= deadline {

@@ -336,6 +336,7 @@
 
 mod acl;
 mod attempt_id;
+mod backoff;
 mod cancel;
 mod clock;
 mod config;

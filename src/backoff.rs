@@ -1,0 +1,86 @@
+//! How often a lock's waiter looks again when no unlock message comes.
+//!
+//! Redisson's lock announces every release, and a waiter sleeps until the message or the
+//! holder's TTL. Some holders never announce one: a Java spin lock (`RSpinLock`), a client
+//! that deletes the key itself. Behind them a waiter would sleep a whole TTL (30 s with the
+//! watchdog). So it also looks again after a back-off that starts short and doubles, up to a
+//! cap: a release nobody announced is found within about the cap. The cap grows with the
+//! number of locks its manager waits for, so that a manager sends about
+//! [`LOOKS_PER_SECOND`] such looks a second at most, however many threads wait.
+
+use std::time::Duration;
+
+/// The first back-off.
+const FIRST: Duration = Duration::from_millis(100);
+/// The cap with few waiting locks: a silent release is found within about this.
+const CAP: Duration = Duration::from_secs(2);
+/// About how many looks a second a manager's waiters send at most while no message comes.
+pub(crate) const LOOKS_PER_SECOND: u32 = 1000;
+
+/// One waiter's back-off.
+pub(crate) struct Backoff {
+    next: Duration,
+    salt: u64,
+}
+
+impl Backoff {
+    /// A back-off whose jitter is drawn from `salt` (the waiter's thread number, say), so
+    /// that waiters that started together do not look together.
+    pub(crate) fn new(salt: u64) -> Self {
+        Backoff { next: FIRST, salt }
+    }
+
+    /// The sleep before the next look, for a waiter of a manager that waits for `waiting`
+    /// locks: the current back-off plus up to a quarter of it, then doubled up to the cap.
+    pub(crate) fn next(&mut self, waiting: usize) -> Duration {
+        let share = Duration::from_secs(1) / LOOKS_PER_SECOND;
+        let cap = CAP.max(share.saturating_mul(u32::try_from(waiting).unwrap_or(u32::MAX)));
+        let current = self.next.min(cap);
+        self.salt = splitmix64(self.salt);
+        let jitter = current / 4 * (self.salt % 1024) as u32 / 1024;
+        self.next = current.saturating_mul(2).min(cap);
+        current + jitter
+    }
+}
+
+/// One step of splitmix64: enough randomness for jitter, with no dependency.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_doubles_from_a_tenth_of_a_second_to_the_cap_with_up_to_a_quarter_more() {
+        let mut backoff = Backoff::new(7);
+        let sleeps: Vec<Duration> = (0..8).map(|_| backoff.next(1)).collect();
+        let bases = [100, 200, 400, 800, 1600, 2000, 2000, 2000];
+        for (sleep, base) in sleeps.iter().zip(bases) {
+            let base = Duration::from_millis(base);
+            assert!(
+                *sleep >= base && *sleep <= base + base / 4,
+                "{sleep:?} for {base:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_cap_grows_with_the_waiting_locks_to_keep_a_managers_looks_bounded() {
+        let mut backoff = Backoff::new(1);
+        let last = (0..20).map(|_| backoff.next(10_000)).last().unwrap();
+        // 10,000 locks at 1,000 looks a second: each looks every 10 s.
+        assert!(last >= Duration::from_secs(10) && last <= Duration::from_millis(12_500));
+    }
+
+    #[test]
+    fn waiters_started_together_spread_out() {
+        let sleeps: Vec<Duration> = (0..16).map(|t| Backoff::new(t).next(1)).collect();
+        let distinct: std::collections::HashSet<_> = sleeps.iter().collect();
+        assert!(distinct.len() > 8, "{sleeps:?}");
+    }
+}
