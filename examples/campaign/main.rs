@@ -1,0 +1,105 @@
+//! A fault campaign in the spirit of Jepsen (issue 23): worker processes × threads take a
+//! fenced lock (writing their tokens to a store that refuses stale ones) and a plain lock,
+//! while the driver breaks the deployment under them: failovers, killed and stopped masters,
+//! a stopped client, restarts, partitions in network namespaces, slot migration. A checker
+//! then reads every recorded history. See RELIABILITY.md for the table and what it means.
+//!
+//! ```sh
+//! cargo run --release --example campaign              # short mode (CI), about 5 minutes
+//! cargo run --release --example campaign -- --long    # every fault, repeated
+//! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
+//! ```
+//!
+//! Exits 1 when any row shows a violation, 0 otherwise. Every server is its own, on loopback
+//! (or on the veth pair it makes); partitions need root, and are reported "not run" without.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod checker;
+mod clock;
+mod deployment;
+mod faults;
+mod history;
+mod netns;
+mod plan;
+mod report;
+mod run;
+mod store;
+mod worker;
+mod workers;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use faults::Fault;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        let parsed = worker::Args::parse(&args[1..]).expect("worker arguments from the driver");
+        worker::run(parsed);
+        return ExitCode::SUCCESS;
+    }
+    let mode = if args.iter().any(|a| a == "--long") {
+        &plan::LONG
+    } else {
+        &plan::SHORT
+    };
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    drive(mode, only.map(String::as_str))
+}
+
+fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
+    let started = Instant::now();
+    let rows: Vec<_> = plan::rows(mode)
+        .into_iter()
+        .filter(|(t, f)| only.is_none_or(|o| format!("{t} {f}").contains(o)))
+        .collect();
+    let netns = if rows.iter().any(|&(_, f)| f == Fault::ClientPartition) {
+        netns::Netns::create()
+            .map_err(|e| eprintln!("no network namespace, partitions not run: {e}"))
+            .ok()
+    } else {
+        None
+    };
+    let store = match &netns {
+        Some(ns) => support::RedisServer::start_with(&["--bind", "127.0.0.1", &ns.host_addr()]),
+        None => support::RedisServer::start(),
+    };
+    let shared = run::Shared {
+        mode,
+        store: &store,
+        netns: netns.as_ref(),
+    };
+    let mut results = Vec::new();
+    for (index, (topology, fault)) in rows.into_iter().enumerate() {
+        eprintln!("campaign ({}): {topology} × {fault} ...", mode.name);
+        let result = run::run_row(&shared, topology, fault, index);
+        eprintln!(
+            "  {}",
+            report::table(std::slice::from_ref(&result))
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        eprintln!("  ({} s)", result.seconds);
+        results.push(result);
+    }
+    println!(
+        "campaign, {} mode, {} s:\n\n{}",
+        mode.name,
+        started.elapsed().as_secs(),
+        report::table(&results)
+    );
+    let violations = report::total_violations(&results);
+    println!("\n{violations} violations");
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
