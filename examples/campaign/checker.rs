@@ -33,11 +33,13 @@ pub struct Verdict {
     pub worst_recovery: u64,
     /// Keys left on the masters after everyone stopped (see `leftovers`).
     pub leftovers: usize,
-    /// Worker processes that did not stop when asked and were killed.
+    /// Worker processes that failed, or did not stop when asked and were killed.
     pub hung_workers: usize,
     /// The fault is one the README says forgets fencing counters (a restart without
     /// persistence): duplicate and regressed tokens are then counted but documented.
     pub tokens_documented: bool,
+    /// Examples of what the checks found.
+    pub notes: Vec<String>,
 }
 
 impl Verdict {
@@ -56,9 +58,23 @@ impl Verdict {
     }
 }
 
-/// Checks `histories` (one per worker process) against the store's `ledger` and the times
-/// faults healed; `bound` is the liveness bound (ns).
-pub fn check(histories: &[Vec<Record>], ledger: &[Entry], heals: &[u64], bound: u64) -> Verdict {
+/// Checks `histories` (one per worker process) against the store's `ledger` and the faults'
+/// (began, healed) times; `bound` is the liveness bound (ns).
+pub fn check(
+    histories: &[Vec<Record>],
+    ledger: &[Entry],
+    faults: &[(u64, u64)],
+    bound: u64,
+) -> Verdict {
+    let origin = faults.first().map_or(0, |f| f.0);
+    let mut notes = Notes::new(origin);
+    for &(began, healed) in faults {
+        let (began, healed) = (notes.t(began), notes.t(healed));
+        notes
+            .lines
+            .push(format!("fault: began {began}, healed {healed}"));
+    }
+    let heals: Vec<u64> = faults.iter().map(|f| f.1).collect();
     let holds: Vec<&Hold> = histories
         .iter()
         .flatten()
@@ -77,34 +93,81 @@ pub fn check(histories: &[Vec<Record>], ledger: &[Entry], heals: &[u64], bound: 
         .copied()
         .filter(|h| h.kind == Kind::Plain)
         .collect();
-    let (overlaps, told_overlaps) = overlaps(&plain);
-    let (liveness_misses, worst_recovery) = liveness(&holds, histories.len(), heals, bound);
+    let (overlaps, told_overlaps) = overlaps(&plain, &mut notes);
+    let (liveness_misses, worst_recovery) = liveness(&holds, histories.len(), &heals, bound);
     Verdict {
         holds: holds.len(),
         fails: histories.iter().flatten().count() - holds.len(),
         refused: ledger.iter().filter(|e| !e.accepted).count(),
-        duplicate_tokens: duplicate_tokens(&fenced),
-        token_regressions: token_regressions(&fenced),
+        duplicate_tokens: duplicate_tokens(&fenced, &mut notes),
+        token_regressions: token_regressions(&fenced, &mut notes),
         stale_accepted: stale_accepted(ledger),
         overlaps,
         told_overlaps,
         liveness_misses,
         worst_recovery,
+        notes: notes.lines,
         ..Verdict::default()
     }
 }
 
-fn duplicate_tokens(fenced: &[&Hold]) -> usize {
-    let mut seen: HashMap<u64, usize> = HashMap::new();
-    for token in fenced.iter().filter_map(|h| h.token) {
-        *seen.entry(token).or_default() += 1;
+/// A few examples of what each check found, with times relative to the first fault.
+struct Notes {
+    origin: u64,
+    lines: Vec<String>,
+}
+
+impl Notes {
+    fn new(origin: u64) -> Self {
+        Notes {
+            origin,
+            lines: Vec::new(),
+        }
     }
-    seen.values().map(|n| n - 1).sum()
+
+    /// `at` as seconds since the first fault began (negative before it).
+    fn t(&self, at: u64) -> String {
+        format!("{:+.3} s", (at as f64 - self.origin as f64) / 1e9)
+    }
+
+    /// Keeps up to 3 examples per kind of finding.
+    fn add(&mut self, kind: &str, text: String) {
+        if self.lines.iter().filter(|l| l.starts_with(kind)).count() < 3 {
+            self.lines.push(format!("{kind}: {text}"));
+        }
+    }
+
+    fn hold(&self, h: &Hold) -> String {
+        format!(
+            "{} token {:?} acquired {} left {} ({:?})",
+            h.owner,
+            h.token,
+            self.t(h.acquired),
+            self.t(h.left),
+            h.end
+        )
+    }
+}
+
+fn duplicate_tokens(fenced: &[&Hold], notes: &mut Notes) -> usize {
+    let mut seen: HashMap<u64, &Hold> = HashMap::new();
+    let mut duplicates = 0;
+    for h in fenced {
+        let Some(token) = h.token else { continue };
+        if let Some(first) = seen.insert(token, h) {
+            duplicates += 1;
+            notes.add(
+                "duplicate token",
+                format!("{} and {}", notes.hold(first), notes.hold(h)),
+            );
+        }
+    }
+    duplicates
 }
 
 /// The counter is one Redis key: an INCR that began after another returned must see it. So a
 /// fenced acquire that began after another acquire had returned must get a higher token.
-fn token_regressions(fenced: &[&Hold]) -> usize {
+fn token_regressions(fenced: &[&Hold], notes: &mut Notes) -> usize {
     let mut by_return: Vec<(u64, u64)> = fenced
         .iter()
         .filter_map(|h| Some((h.acquired, h.token?)))
@@ -117,13 +180,23 @@ fn token_regressions(fenced: &[&Hold]) -> usize {
         max = max.max(token);
         highest.push(max);
     }
-    fenced
-        .iter()
-        .filter(|h| {
-            let returned_before = by_return.partition_point(|&(at, _)| at < h.call_start);
-            returned_before > 0 && h.token.is_some_and(|t| t < highest[returned_before - 1])
-        })
-        .count()
+    let mut regressions = 0;
+    for h in fenced {
+        let returned_before = by_return.partition_point(|&(at, _)| at < h.call_start);
+        let Some(&high) = returned_before.checked_sub(1).and_then(|i| highest.get(i)) else {
+            continue;
+        };
+        if h.token.is_some_and(|t| t < high) {
+            regressions += 1;
+            let began = notes.t(h.call_start);
+            let text = format!(
+                "{}, whose acquire began {began} after token {high} was issued",
+                notes.hold(h)
+            );
+            notes.add("token regression", text);
+        }
+    }
+    regressions
 }
 
 /// Replays the store's ledger: a write is stale when a token at least as high was accepted
@@ -144,7 +217,7 @@ fn stale_accepted(ledger: &[Entry]) -> usize {
 /// neither holder was told, holds that were told they were lost and overlapped another). The
 /// recorded interval lies inside the real hold (entered after the acquire returned, left
 /// before the unlock was sent), so an intersection here is a real one.
-fn overlaps(plain: &[&Hold]) -> (usize, usize) {
+fn overlaps(plain: &[&Hold], notes: &mut Notes) -> (usize, usize) {
     let mut sorted: Vec<&Hold> = plain.to_vec();
     sorted.sort_by_key(|h| h.acquired);
     let mut silent = 0;
@@ -160,6 +233,8 @@ fn overlaps(plain: &[&Hold]) -> (usize, usize) {
             // A failed unlock (`Unknown`) told its holder nothing either.
             if a.end != End::Lost && b.end != End::Lost {
                 silent += 1;
+                let text = format!("{} and {}", notes.hold(a), notes.hold(b));
+                notes.add("untold overlap", text);
             }
             told[i] |= a.end == End::Lost;
             told[j] |= b.end == End::Lost;

@@ -45,7 +45,10 @@ impl Deployment {
     pub fn start(topology: Topology, netns: Option<&Netns>) -> Self {
         let mut args: Vec<String> = Vec::new();
         if let Some(ns) = netns {
+            // Protected mode refuses clients off loopback without a password; the veth pair
+            // is this campaign's own link, reachable only from its namespace.
             args.extend(["--bind".into(), "127.0.0.1".into(), ns.host_addr()]);
+            args.extend(["--protected-mode".into(), "no".into()]);
         }
         if topology == Topology::SingleAof {
             args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));

@@ -25,6 +25,7 @@ mod netns;
 mod plan;
 mod report;
 mod run;
+mod selftest;
 mod store;
 mod worker;
 mod workers;
@@ -55,10 +56,15 @@ fn main() -> ExitCode {
 
 fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
     let started = Instant::now();
+    selftest::run();
     let rows: Vec<_> = plan::rows(mode)
         .into_iter()
         .filter(|(t, f)| only.is_none_or(|o| format!("{t} {f}").contains(o)))
         .collect();
+    if rows.is_empty() {
+        eprintln!("no row matches {only:?}");
+        return ExitCode::from(2);
+    }
     let netns = if rows.iter().any(|&(_, f)| f == Fault::ClientPartition) {
         netns::Netns::create()
             .map_err(|e| eprintln!("no network namespace, partitions not run: {e}"))
@@ -67,7 +73,13 @@ fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
         None
     };
     let store = match &netns {
-        Some(ns) => support::RedisServer::start_with(&["--bind", "127.0.0.1", &ns.host_addr()]),
+        Some(ns) => support::RedisServer::start_with(&[
+            "--bind",
+            "127.0.0.1",
+            &ns.host_addr(),
+            "--protected-mode",
+            "no",
+        ]),
         None => support::RedisServer::start(),
     };
     let shared = run::Shared {
@@ -87,6 +99,11 @@ fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
                 .unwrap_or("")
         );
         eprintln!("  ({} s)", result.seconds);
+        if let Ok(verdict) = &result.verdict {
+            for note in &verdict.notes {
+                eprintln!("  {note}");
+            }
+        }
         results.push(result);
     }
     println!(

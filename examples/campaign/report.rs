@@ -2,7 +2,7 @@
 
 use super::run::RowResult;
 
-const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | keys left | hung workers | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
+const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
 
 pub fn table(rows: &[RowResult]) -> String {
     let mut out = String::from(HEADER);

@@ -68,16 +68,16 @@ fn load_and_break(
     wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
     std::thread::sleep(mode.warmup);
     let repeats = if fault.repeatable() { mode.repeats } else { 1 };
-    let mut heals = Vec::new();
+    let mut times = Vec::new();
     for repeat in 0..repeats {
-        let (_, healed) = faults::inject(
+        let (began, healed) = faults::inject(
             fault,
             &mut deployment,
             &workers,
             shared.netns,
             past_lease(mode),
         );
-        heals.push(healed);
+        times.push((began, healed));
         wait_until_all_acquired(&workers, healed, mode.liveness_bound);
         if repeat + 1 < repeats {
             std::thread::sleep(mode.warmup);
@@ -96,13 +96,13 @@ fn load_and_break(
     };
     let ledger = store::ledger(&mut shared.store.conn(), &row);
     let bound = mode.liveness_bound.as_nanos() as u64;
-    let mut verdict = checker::check(&histories, &ledger, &heals, bound);
+    let mut verdict = checker::check(&histories, &ledger, &times, bound);
     verdict.hung_workers = hung;
     // README: "a Redis server that restarts without persistence forgets ... its fencing
     // counters (tokens start again from 1)".
     verdict.tokens_documented = topology == Topology::Single && fault == Fault::Restart;
     verdict.leftovers = leftovers(&deployment, mode.watchdog + Duration::from_secs(3));
-    (verdict, heals.len())
+    (verdict, times.len())
 }
 
 fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &str) -> Setup<'a> {

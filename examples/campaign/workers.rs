@@ -98,14 +98,15 @@ impl Workers {
     }
 
     /// Asks every worker to stop and waits up to `limit`; returns how many had to be killed
-    /// (a worker that hangs is a liveness failure the checker counts).
+    /// or had failed (a panic: its manager could not be built, a thread's call panicked).
     pub fn stop(mut self, limit: Duration) -> usize {
         std::fs::write(&self.stop_file, b"").expect("stop file");
         let started = Instant::now();
         let mut killed = 0;
         for child in &mut self.children {
             loop {
-                if child.try_wait().ok().flatten().is_some() {
+                if let Some(status) = child.try_wait().ok().flatten() {
+                    killed += usize::from(!status.success());
                     break;
                 }
                 if started.elapsed() > limit {
