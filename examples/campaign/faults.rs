@@ -190,8 +190,15 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
             cluster.wait_for_new_master_of_slot(slot, master);
         }
         Fault::StaleMaster => {
+            // Asks the replica itself: the cluster helpers ask every node, and a stopped one
+            // may not even accept a connection (its backlog full of the workers' attempts).
+            let replica = replica_now(master);
             cluster.pause(master);
-            cluster.wait_for_new_master_of_slot(slot, master);
+            let promoted = || replication_says(replica, "role:master");
+            let deadline = now_ns() + 60_000_000_000;
+            while !promoted() && now_ns() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
             cluster.resume(master);
             cluster.wait_until_ok();
         }
@@ -208,6 +215,16 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
         }
         other => panic!("{other} does not apply to a cluster"),
     }
+}
+
+fn replication_says(port: u16, fact: &str) -> bool {
+    super::support::connect(&format!("redis://127.0.0.1:{port}/"))
+        .and_then(|mut c| {
+            redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut c)
+        })
+        .is_ok_and(|info| info.contains(fact))
 }
 
 /// The replica that follows `master` now (after a failover it is the former master).

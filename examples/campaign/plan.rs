@@ -50,9 +50,10 @@ const TOPOLOGIES: [Topology; 5] = [
 ];
 
 /// The short mode's rows: what CI can afford in about five minutes.
-const SHORT_ROWS: [(Topology, Fault); 9] = [
+const SHORT_ROWS: [(Topology, Fault); 11] = [
     (Topology::Single, Fault::Restart),
     (Topology::Single, Fault::ClientStop),
+    (Topology::Single, Fault::ClientPartition),
     (Topology::SingleAof, Fault::Restart),
     (Topology::Sentinel1, Fault::SentinelFailover),
     (Topology::Sentinel1, Fault::KillMaster),
@@ -60,6 +61,7 @@ const SHORT_ROWS: [(Topology, Fault); 9] = [
     (Topology::Sentinel2, Fault::KillMaster),
     (Topology::Cluster, Fault::ClusterFailover),
     (Topology::Cluster, Fault::KillMaster),
+    (Topology::Cluster, Fault::SlotMigration),
 ];
 
 /// The rows of `mode`: every applicable pair in the long mode.

@@ -63,6 +63,13 @@ fn load_and_break(
         .tempdir()
         .expect("temp dir");
     let row = format!("row{index}");
+    // CAMPAIGN_KEEP=1 keeps the histories for a closer look.
+    let dir = if std::env::var_os("CAMPAIGN_KEEP").is_some() {
+        eprintln!("  histories in {}", dir.path().display());
+        KeptOrNot::Kept(dir.keep())
+    } else {
+        KeptOrNot::Temp(dir)
+    };
     let setup = setup(shared, &deployment, fault, &row);
     let workers = Workers::spawn(&setup, dir.path());
     wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
@@ -103,6 +110,20 @@ fn load_and_break(
     verdict.tokens_documented = topology == Topology::Single && fault == Fault::Restart;
     verdict.leftovers = leftovers(&deployment, mode.watchdog + Duration::from_secs(3));
     (verdict, times.len())
+}
+
+enum KeptOrNot {
+    Temp(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl KeptOrNot {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            KeptOrNot::Temp(dir) => dir.path(),
+            KeptOrNot::Kept(path) => path,
+        }
+    }
 }
 
 fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &str) -> Setup<'a> {
