@@ -155,19 +155,22 @@ fn await_hold_of_worker_0(deployment: &Deployment, workers: &Workers) {
                 }
             }
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
 fn sentinel_fault(fault: Fault, sentinel: &super::support::sentinel::RedisSentinel) {
-    match fault {
+    let old = match fault {
         Fault::SentinelFailover => {
             let old = sentinel.graceful_failover();
             sentinel.wait_for_failover(old);
             sentinel.wait_for_demotion(old);
+            old
         }
         Fault::KillMaster => {
             let old = sentinel.kill_master();
             sentinel.wait_for_failover(old);
+            old
         }
         Fault::StaleMaster => {
             let old = sentinel.master_port();
@@ -175,9 +178,15 @@ fn sentinel_fault(fault: Fault, sentinel: &super::support::sentinel::RedisSentin
             sentinel.wait_for_failover(old);
             sentinel.resume(old);
             sentinel.wait_for_demotion(old);
+            old
         }
         other => panic!("{other} does not apply to Sentinel"),
-    }
+    };
+    // For reading the examples the checker prints: which server served when.
+    eprintln!(
+        "  {fault}: master {old} before, {} after",
+        sentinel.master_port()
+    );
 }
 
 fn cluster_fault(fault: Fault, cluster: &RedisCluster) {

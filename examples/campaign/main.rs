@@ -8,6 +8,7 @@
 //! cargo run --release --example campaign              # short mode (CI), about 5 minutes
 //! cargo run --release --example campaign -- --long    # every fault, repeated
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
+//! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```
 //!
 //! Exits 1 when any row shows a violation, 0 otherwise. Every server is its own, on loopback
@@ -51,10 +52,11 @@ fn main() -> ExitCode {
         .iter()
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1));
-    drive(mode, only.map(String::as_str))
+    let replica_sync = !args.iter().any(|a| a == "--no-replica-sync");
+    drive(mode, only.map(String::as_str), replica_sync)
 }
 
-fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
+fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode {
     let started = Instant::now();
     selftest::run();
     let rows: Vec<_> = plan::rows(mode)
@@ -86,6 +88,7 @@ fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
         mode,
         store: &store,
         netns: netns.as_ref(),
+        replica_sync,
     };
     let mut results = Vec::new();
     for (index, (topology, fault)) in rows.into_iter().enumerate() {
@@ -106,8 +109,13 @@ fn drive(mode: &plan::Mode, only: Option<&str>) -> ExitCode {
         }
         results.push(result);
     }
+    let sync = if replica_sync {
+        ""
+    } else {
+        ", replica sync off"
+    };
     println!(
-        "campaign, {} mode, {} s:\n\n{}",
+        "campaign, {} mode{sync}, {} s:\n\n{}",
         mode.name,
         started.elapsed().as_secs(),
         report::table(&results)

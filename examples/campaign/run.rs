@@ -20,6 +20,8 @@ pub struct Shared<'a> {
     pub mode: &'a Mode,
     pub store: &'a RedisServer,
     pub netns: Option<&'a Netns>,
+    /// `--no-replica-sync`: the workers' managers do not wait for replicas.
+    pub replica_sync: bool,
 }
 
 pub struct RowResult {
@@ -132,6 +134,7 @@ fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &s
         processes: shared.mode.processes,
         threads: shared.mode.threads,
         watchdog: shared.mode.watchdog,
+        replica_sync: shared.replica_sync,
         store_url: shared.store.url(),
         row: row.to_string(),
         lock_url: (deployment.lock_url(false), deployment.lock_url(true)),

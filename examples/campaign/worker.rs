@@ -36,6 +36,8 @@ pub struct Args {
     pub stop_file: PathBuf,
     pub threads: usize,
     pub watchdog: Duration,
+    /// `LockManagerBuilder::replica_sync`: off only to show what asynchronous replication does.
+    pub replica_sync: bool,
 }
 
 impl Args {
@@ -50,6 +52,7 @@ impl Args {
             self.stop_file.display().to_string(),
             self.threads.to_string(),
             self.watchdog.as_millis().to_string(),
+            self.replica_sync.to_string(),
         ]
     }
 
@@ -63,6 +66,7 @@ impl Args {
             stop_file: args.get(5)?.into(),
             threads: args.get(6)?.parse().ok()?,
             watchdog: Duration::from_millis(args.get(7)?.parse().ok()?),
+            replica_sync: args.get(8)?.parse().ok()?,
         })
     }
 }
@@ -74,6 +78,7 @@ pub fn run(args: Args) {
     ));
     let manager = LockManager::builder(&args.lock_url)
         .watchdog_timeout(args.watchdog)
+        .replica_sync(args.replica_sync)
         .build()
         .expect("a lock manager for the deployment");
     // The driver finds this process's holds on the server by its client id.

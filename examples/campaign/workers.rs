@@ -20,6 +20,7 @@ pub struct Setup<'a> {
     pub processes: usize,
     pub threads: usize,
     pub watchdog: Duration,
+    pub replica_sync: bool,
     pub store_url: String,
     pub row: String,
     /// The URL for workers outside and inside the namespace.
@@ -50,6 +51,7 @@ impl Workers {
                     stop_file: stop_file.clone(),
                     threads: setup.threads,
                     watchdog: setup.watchdog,
+                    replica_sync: setup.replica_sync,
                 };
                 let mut cmd = match inside {
                     Some((ns, _)) => ns.command(&exe),
