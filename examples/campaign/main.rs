@@ -93,7 +93,16 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
     let mut results = Vec::new();
     for (index, (topology, fault)) in rows.into_iter().enumerate() {
         eprintln!("campaign ({}): {topology} × {fault} ...", mode.name);
-        let result = run::run_row(&shared, topology, fault, index);
+        // A fault helper that gives up (a deployment that never settles) panics: the row
+        // says so, the others still run, and the campaign fails.
+        let row = std::panic::AssertUnwindSafe(|| run::run_row(&shared, topology, fault, index));
+        let result = std::panic::catch_unwind(row).unwrap_or(run::RowResult {
+            topology,
+            fault,
+            injected: 0,
+            verdict: Err(run::HARNESS_FAILED),
+            seconds: 0,
+        });
         eprintln!(
             "  {}",
             report::table(std::slice::from_ref(&result))
@@ -121,8 +130,12 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
         report::table(&results)
     );
     let violations = report::total_violations(&results);
-    println!("\n{violations} violations");
-    if violations == 0 {
+    let failed = results
+        .iter()
+        .filter(|r| r.verdict.as_ref().err() == Some(&run::HARNESS_FAILED))
+        .count();
+    println!("\n{violations} violations, {failed} rows where the campaign itself failed");
+    if violations == 0 && failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

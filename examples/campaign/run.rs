@@ -24,6 +24,9 @@ pub struct Shared<'a> {
     pub replica_sync: bool,
 }
 
+/// The verdict of a row whose driver panicked (its message is on stderr).
+pub const HARNESS_FAILED: &str = "FAILED: the campaign's driver panicked (see stderr)";
+
 pub struct RowResult {
     pub topology: Topology,
     pub fault: Fault,
