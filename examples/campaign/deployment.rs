@@ -4,7 +4,8 @@
 use std::fmt;
 
 use super::netns::Netns;
-use super::support::{cluster::RedisCluster, sentinel::RedisSentinel, RedisServer};
+use super::support::sentinel::{replication_says, RedisSentinel};
+use super::support::{cluster::RedisCluster, RedisServer};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Topology {
@@ -97,19 +98,9 @@ impl Deployment {
             Deployment::Cluster(cluster) => cluster
                 .seed_urls()
                 .iter()
-                .filter(|url| is_master(url))
                 .filter_map(|url| url.rsplit(':').next()?.trim_end_matches('/').parse().ok())
+                .filter(|&port| replication_says(port, "role:master"))
                 .collect(),
         }
     }
-}
-
-fn is_master(url: &str) -> bool {
-    super::support::connect(url)
-        .and_then(|mut c| {
-            redis::cmd("INFO")
-                .arg("replication")
-                .query::<String>(&mut c)
-        })
-        .is_ok_and(|info| info.contains("role:master"))
 }

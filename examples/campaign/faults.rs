@@ -8,6 +8,7 @@ use super::clock::now_ns;
 use super::deployment::{Deployment, Topology};
 use super::netns::Netns;
 use super::support::cluster::RedisCluster;
+use super::support::sentinel::replication_says;
 use super::worker::{FENCED, PLAIN};
 use super::workers::Workers;
 
@@ -224,16 +225,6 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
         }
         other => panic!("{other} does not apply to a cluster"),
     }
-}
-
-fn replication_says(port: u16, fact: &str) -> bool {
-    super::support::connect(&format!("redis://127.0.0.1:{port}/"))
-        .and_then(|mut c| {
-            redis::cmd("INFO")
-                .arg("replication")
-                .query::<String>(&mut c)
-        })
-        .is_ok_and(|info| info.contains(fact))
 }
 
 /// The replica that follows `master` now (after a failover it is the former master).
