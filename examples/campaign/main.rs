@@ -5,13 +5,14 @@
 //! then reads every recorded history. See RELIABILITY.md for the table and what it means.
 //!
 //! ```sh
-//! cargo run --release --example campaign              # short mode (CI), about 5 minutes
-//! cargo run --release --example campaign -- --long    # every fault, repeated
+//! cargo run --release --example campaign              # short mode (CI), about 3 minutes
+//! cargo run --release --example campaign -- --long    # every fault, repeated: about 18 minutes
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
 //! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```
 //!
-//! Exits 1 when any row shows a violation, 0 otherwise. Every server is its own, on loopback
+//! Exits 1 when any row shows a violation or fails to run, 2 when `--only` matches nothing,
+//! 0 otherwise. Every server is its own, on loopback
 //! (or on the veth pair it makes); partitions need root, and are reported "not run" without.
 
 #[path = "../../tests/support/mod.rs"]
@@ -34,6 +35,7 @@ mod workers;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use deployment::Topology;
 use faults::Fault;
 
 fn main() -> ExitCode {
@@ -74,50 +76,18 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
     } else {
         None
     };
-    let store = match &netns {
-        Some(ns) => support::RedisServer::start_with(&[
-            "--bind",
-            "127.0.0.1",
-            &ns.host_addr(),
-            "--protected-mode",
-            "no",
-        ]),
-        None => support::RedisServer::start(),
-    };
+    let store = start_store(netns.as_ref());
     let shared = run::Shared {
         mode,
         store: &store,
         netns: netns.as_ref(),
         replica_sync,
     };
-    let mut results = Vec::new();
-    for (index, (topology, fault)) in rows.into_iter().enumerate() {
-        eprintln!("campaign ({}): {topology} × {fault} ...", mode.name);
-        // A fault helper that gives up (a deployment that never settles) panics: the row
-        // says so, the others still run, and the campaign fails.
-        let row = std::panic::AssertUnwindSafe(|| run::run_row(&shared, topology, fault, index));
-        let result = std::panic::catch_unwind(row).unwrap_or(run::RowResult {
-            topology,
-            fault,
-            injected: 0,
-            verdict: Err(run::HARNESS_FAILED),
-            seconds: 0,
-        });
-        eprintln!(
-            "  {}",
-            report::table(std::slice::from_ref(&result))
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-        eprintln!("  ({} s)", result.seconds);
-        if let Ok(verdict) = &result.verdict {
-            for note in &verdict.notes {
-                eprintln!("  {note}");
-            }
-        }
-        results.push(result);
-    }
+    let results: Vec<run::RowResult> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(index, (topology, fault))| run_and_show(&shared, topology, fault, index))
+        .collect();
     let sync = if replica_sync {
         ""
     } else {
@@ -140,4 +110,47 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The fenced store, also on the veth pair when there is one (for the worker inside).
+fn start_store(netns: Option<&netns::Netns>) -> support::RedisServer {
+    match netns {
+        Some(ns) => support::RedisServer::start_with(&[
+            "--bind",
+            "127.0.0.1",
+            &ns.host_addr(),
+            "--protected-mode",
+            "no",
+        ]),
+        None => support::RedisServer::start(),
+    }
+}
+
+/// Runs one row and shows its line and the checker's examples on stderr.
+fn run_and_show(
+    shared: &run::Shared,
+    topology: Topology,
+    fault: Fault,
+    index: usize,
+) -> run::RowResult {
+    eprintln!("campaign ({}): {topology} × {fault} ...", shared.mode.name);
+    // A fault helper that gives up (a deployment that never settles) panics: the row says
+    // so, the others still run, and the campaign fails.
+    let row = std::panic::AssertUnwindSafe(|| run::run_row(shared, topology, fault, index));
+    let result = std::panic::catch_unwind(row).unwrap_or(run::RowResult {
+        topology,
+        fault,
+        injected: 0,
+        verdict: Err(run::HARNESS_FAILED),
+        seconds: 0,
+    });
+    let line = report::table(std::slice::from_ref(&result));
+    eprintln!("  {}", line.lines().last().unwrap_or(""));
+    eprintln!("  ({} s)", result.seconds);
+    if let Ok(verdict) = &result.verdict {
+        for note in &verdict.notes {
+            eprintln!("  {note}");
+        }
+    }
+    result
 }

@@ -98,23 +98,30 @@ fn load_and_break(
     // A lease and a bit more of load after the last recovery: holds that a failover left
     // behind (renewed nowhere, or twice) show up within it.
     std::thread::sleep(mode.watchdog + Duration::from_secs(1));
-    let histories = workers.histories();
-    let hung = workers.stop(Duration::from_secs(20));
-    // Read again after the stop: records written since count too.
-    let histories = if hung == 0 {
-        reread(&histories, dir.path())
-    } else {
-        histories
-    };
-    let ledger = store::ledger(&mut shared.store.conn(), &row);
-    let bound = mode.liveness_bound.as_nanos() as u64;
-    let mut verdict = checker::check(&histories, &ledger, &times, bound);
-    verdict.hung_workers = hung;
+    let mut verdict = stop_and_check(shared, workers, dir.path(), &row, &times);
     // README: "a Redis server that restarts without persistence forgets ... its fencing
     // counters (tokens start again from 1)".
     verdict.tokens_documented = topology == Topology::Single && fault == Fault::Restart;
     verdict.leftovers = leftovers(&deployment, mode.watchdog + Duration::from_secs(3));
     (verdict, times.len())
+}
+
+/// Stops the workers and runs the checker over their histories and the store's ledger.
+fn stop_and_check(
+    shared: &Shared,
+    workers: Workers,
+    dir: &std::path::Path,
+    row: &str,
+    times: &[(u64, u64)],
+) -> Verdict {
+    let hung = workers.stop(Duration::from_secs(20));
+    // Read after the stop, so that every record written counts (a killed worker's too).
+    let histories = read_histories(shared.mode.processes, dir);
+    let ledger = store::ledger(&mut shared.store.conn(), row);
+    let bound = shared.mode.liveness_bound.as_nanos() as u64;
+    let mut verdict = checker::check(&histories, &ledger, times, bound);
+    verdict.hung_workers = hung;
+    verdict
 }
 
 enum KeptOrNot {
@@ -148,8 +155,8 @@ fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &s
     }
 }
 
-fn reread(before: &[Vec<Record>], dir: &std::path::Path) -> Vec<Vec<Record>> {
-    (0..before.len())
+fn read_histories(processes: usize, dir: &std::path::Path) -> Vec<Vec<Record>> {
+    (0..processes)
         .map(|p| super::history::read(&super::worker::history_path(dir, p)))
         .collect()
 }
