@@ -52,7 +52,7 @@ fn master_of(sentinel: u16) -> Option<u16> {
 }
 
 /// Whether the server's `INFO replication` says `fact` (`role:master`, ...).
-fn replication_says(port: u16, fact: &str) -> bool {
+pub fn replication_says(port: u16, fact: &str) -> bool {
     conn(port)
         .and_then(|mut c| {
             redis::cmd("INFO")

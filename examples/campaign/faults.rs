@@ -1,0 +1,243 @@
+//! The faults, where each applies, and how each is injected and healed. A fault returns the
+//! shared-clock times it began and healed: the checker measures recovery from the heal.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::clock::now_ns;
+use super::deployment::{Deployment, Topology};
+use super::netns::Netns;
+use super::support::cluster::RedisCluster;
+use super::support::sentinel::replication_says;
+use super::worker::{FENCED, PLAIN};
+use super::workers::Workers;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL of the single server and a start on the same port (empty, or from its AOF).
+    Restart,
+    /// SIGSTOP of a worker process past its lease, then SIGCONT: a GC pause.
+    ClientStop,
+    /// `SENTINEL FAILOVER`: the master is demoted while it runs.
+    SentinelFailover,
+    /// `CLUSTER FAILOVER` on the replica of the locks' master.
+    ClusterFailover,
+    /// SIGKILL of the locks' master, which stays dead; the deployment promotes a replica.
+    KillMaster,
+    /// SIGSTOP of the locks' master past the failure timeout, SIGCONT after the failover: a
+    /// stale master comes back (on a single server: a stall past the lease).
+    StaleMaster,
+    /// A worker process in a network namespace loses its link past its lease.
+    ClientPartition,
+    /// One node cut off the network.
+    NodePartition,
+    /// The locks' slot moves to another master while workers use it.
+    SlotMigration,
+}
+
+pub const ALL: [Fault; 9] = [
+    Fault::Restart,
+    Fault::ClientStop,
+    Fault::SentinelFailover,
+    Fault::ClusterFailover,
+    Fault::KillMaster,
+    Fault::StaleMaster,
+    Fault::ClientPartition,
+    Fault::NodePartition,
+    Fault::SlotMigration,
+];
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Fault::Restart => "restart",
+            Fault::ClientStop => "SIGSTOP client",
+            Fault::SentinelFailover => "SENTINEL FAILOVER",
+            Fault::ClusterFailover => "CLUSTER FAILOVER",
+            Fault::KillMaster => "kill -9 master",
+            Fault::StaleMaster => "SIGSTOP master",
+            Fault::ClientPartition => "partition client",
+            Fault::NodePartition => "partition node",
+            Fault::SlotMigration => "slot migration",
+        })
+    }
+}
+
+impl Fault {
+    /// Whether the fault means something on `topology` (a row is printed only then).
+    pub fn applies_to(self, topology: Topology) -> bool {
+        let single = matches!(topology, Topology::Single | Topology::SingleAof);
+        let sentinel = matches!(topology, Topology::Sentinel1 | Topology::Sentinel2);
+        let cluster = topology == Topology::Cluster;
+        match self {
+            Fault::ClientStop | Fault::StaleMaster | Fault::NodePartition => true,
+            Fault::Restart | Fault::ClientPartition => single,
+            Fault::SentinelFailover => sentinel,
+            Fault::ClusterFailover | Fault::SlotMigration => cluster,
+            Fault::KillMaster => sentinel || cluster,
+        }
+    }
+
+    /// Whether the deployment is whole again after it, so that it can be injected again.
+    pub fn repeatable(self) -> bool {
+        self != Fault::KillMaster
+    }
+
+    /// Why the fault cannot run here, if it cannot.
+    pub fn not_run(self, topology: Topology, netns: Option<&Netns>) -> Option<&'static str> {
+        match self {
+            Fault::ClientPartition if netns.is_none() => Some("not run (no netns)"),
+            // A node in a namespace needs the servers and sentinels to announce its veth
+            // address; tests/support starts them on 127.0.0.1 only.
+            Fault::NodePartition => Some("not run (not implemented)"),
+            _ if !self.applies_to(topology) => Some("n/a"),
+            _ => None,
+        }
+    }
+}
+
+/// Injects `fault` and heals it; returns (began, healed) on the shared clock.
+pub fn inject(
+    fault: Fault,
+    deployment: &mut Deployment,
+    workers: &Workers,
+    netns: Option<&Netns>,
+    past_lease: Duration,
+) -> (u64, u64) {
+    let began = now_ns();
+    match (fault, deployment) {
+        (Fault::Restart, Deployment::Single(server, _)) => server.restart(),
+        (Fault::ClientStop, deployment) => {
+            await_hold_of_worker_0(deployment, workers);
+            workers.pause(0);
+            std::thread::sleep(past_lease);
+            workers.resume(0);
+        }
+        (Fault::ClientPartition, deployment) => {
+            let ns = netns.expect("a namespace for the partition");
+            await_hold_of_worker_0(deployment, workers);
+            ns.cut();
+            std::thread::sleep(past_lease);
+            ns.heal();
+        }
+        (Fault::StaleMaster, Deployment::Single(server, _)) => {
+            server.freeze();
+            std::thread::sleep(past_lease);
+            server.thaw();
+        }
+        (_, Deployment::Sentinel(sentinel)) => sentinel_fault(fault, sentinel),
+        (_, Deployment::Cluster(cluster)) => cluster_fault(fault, cluster),
+        (fault, _) => panic!("{fault} does not apply to this deployment"),
+    }
+    (began, now_ns())
+}
+
+/// Waits (up to 5 s) until worker 0 holds one of the locks, so that a pause or partition
+/// of it lands inside a critical section: the case fencing and the lost signal are for.
+fn await_hold_of_worker_0(deployment: &Deployment, workers: &Workers) {
+    let Some(id) = workers.client_id(0) else {
+        return;
+    };
+    let mut conns: Vec<redis::Connection> = deployment
+        .masters_now()
+        .into_iter()
+        .filter_map(|port| super::support::connect(&format!("redis://127.0.0.1:{port}/")).ok())
+        .collect();
+    let deadline = now_ns() + 5_000_000_000;
+    while now_ns() < deadline {
+        for conn in &mut conns {
+            for name in [FENCED, PLAIN] {
+                let owners: Vec<String> = redis::cmd("HKEYS")
+                    .arg(name)
+                    .query(conn)
+                    .unwrap_or_default();
+                if owners.iter().any(|o| o.starts_with(&id)) {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn sentinel_fault(fault: Fault, sentinel: &super::support::sentinel::RedisSentinel) {
+    let old = match fault {
+        Fault::SentinelFailover => {
+            let old = sentinel.graceful_failover();
+            sentinel.wait_for_failover(old);
+            sentinel.wait_for_demotion(old);
+            old
+        }
+        Fault::KillMaster => {
+            let old = sentinel.kill_master();
+            sentinel.wait_for_failover(old);
+            old
+        }
+        Fault::StaleMaster => {
+            let old = sentinel.master_port();
+            sentinel.pause(old);
+            sentinel.wait_for_failover(old);
+            sentinel.resume(old);
+            sentinel.wait_for_demotion(old);
+            old
+        }
+        other => panic!("{other} does not apply to Sentinel"),
+    };
+    // For reading the examples the checker prints: which server served when.
+    eprintln!(
+        "  {fault}: master {old} before, {} after",
+        sentinel.master_port()
+    );
+}
+
+fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
+    let slot = RedisCluster::slot_of(FENCED);
+    let master = cluster.master_for_slot(slot);
+    match fault {
+        Fault::ClusterFailover => cluster.failover(replica_now(master)),
+        Fault::KillMaster => {
+            cluster.kill(master);
+            cluster.wait_for_new_master_of_slot(slot, master);
+        }
+        Fault::StaleMaster => {
+            // Asks the replica itself: the cluster helpers ask every node, and a stopped one
+            // may not even accept a connection (its backlog full of the workers' attempts).
+            let replica = replica_now(master);
+            cluster.pause(master);
+            let promoted = || replication_says(replica, "role:master");
+            let deadline = now_ns() + 60_000_000_000;
+            while !promoted() && now_ns() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            cluster.resume(master);
+            cluster.wait_until_ok();
+        }
+        Fault::SlotMigration => {
+            let to = cluster
+                .master_ports()
+                .into_iter()
+                .find(|&p| p != master)
+                .expect("another master");
+            cluster.begin_reshard(slot, to);
+            // Workers meet the slot half-way (ASK, TRYAGAIN) for a while.
+            std::thread::sleep(Duration::from_secs(1));
+            cluster.finish_reshard(slot, to);
+        }
+        other => panic!("{other} does not apply to a cluster"),
+    }
+}
+
+/// The replica that follows `master` now (after a failover it is the former master).
+fn replica_now(master: u16) -> u16 {
+    let mut conn = super::support::connect(&format!("redis://127.0.0.1:{master}/"))
+        .expect("the master answers");
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .expect("INFO replication");
+    info.lines()
+        .filter(|l| l.starts_with("slave0:"))
+        .find_map(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.parse().ok())
+        .expect("the master has a replica")
+}

@@ -1,0 +1,55 @@
+//! The table a campaign prints (and RELIABILITY.md keeps): one row per topology × fault.
+
+use super::run::RowResult;
+
+const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
+
+pub fn table(rows: &[RowResult]) -> String {
+    let mut out = String::from(HEADER);
+    for row in rows {
+        out.push('\n');
+        out.push_str(&line(row));
+    }
+    out
+}
+
+fn line(row: &RowResult) -> String {
+    let v = match &row.verdict {
+        Err(reason) => {
+            let blanks = " |".repeat(13);
+            return format!("| {} | {} | {reason} |{blanks}", row.topology, row.fault);
+        }
+        Ok(v) => v,
+    };
+    let documented = |n: usize| match (n, v.tokens_documented) {
+        (0, _) | (_, false) => n.to_string(),
+        (n, true) => format!("{n} (documented)"),
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | **{}** |",
+        row.topology,
+        row.fault,
+        row.injected,
+        v.holds,
+        v.fails,
+        v.refused,
+        documented(v.duplicate_tokens),
+        documented(v.token_regressions),
+        v.stale_accepted,
+        v.overlaps,
+        v.told_overlaps,
+        v.liveness_misses,
+        v.leftovers,
+        v.hung_workers,
+        v.worst_recovery as f64 / 1e9,
+        v.violations()
+    )
+}
+
+/// Violations over every row that ran.
+pub fn total_violations(rows: &[RowResult]) -> usize {
+    rows.iter()
+        .filter_map(|r| r.verdict.as_ref().ok())
+        .map(|v| v.violations())
+        .sum()
+}

@@ -1,0 +1,211 @@
+//! One row of the campaign: a fresh deployment, worker processes under load, the fault
+//! injected and healed (repeatedly in the long mode), everyone stopped, and the checker.
+
+use std::time::{Duration, Instant};
+
+use super::checker::{self, Verdict};
+use super::clock::now_ns;
+use super::deployment::{Deployment, Topology};
+use super::faults::{self, Fault};
+use super::history::Record;
+use super::netns::Netns;
+use super::plan::{past_lease, Mode};
+use super::store;
+use super::support::RedisServer;
+use super::worker::{FENCED, PLAIN};
+use super::workers::{Setup, Workers};
+
+/// What the campaign shares between rows.
+pub struct Shared<'a> {
+    pub mode: &'a Mode,
+    pub store: &'a RedisServer,
+    pub netns: Option<&'a Netns>,
+    /// `--no-replica-sync`: the workers' managers do not wait for replicas.
+    pub replica_sync: bool,
+}
+
+/// The verdict of a row whose driver panicked (its message is on stderr).
+pub const HARNESS_FAILED: &str = "FAILED: the campaign's driver panicked (see stderr)";
+
+pub struct RowResult {
+    pub topology: Topology,
+    pub fault: Fault,
+    pub injected: usize,
+    /// The checker's verdict, or why the row did not run.
+    pub verdict: Result<Verdict, &'static str>,
+    pub seconds: u64,
+}
+
+pub fn run_row(shared: &Shared, topology: Topology, fault: Fault, index: usize) -> RowResult {
+    let started = Instant::now();
+    let (verdict, injected) = match fault.not_run(topology, shared.netns) {
+        Some(reason) => (Err(reason), 0),
+        None => {
+            let (verdict, injected) = load_and_break(shared, topology, fault, index);
+            (Ok(verdict), injected)
+        }
+    };
+    RowResult {
+        topology,
+        fault,
+        injected,
+        verdict,
+        seconds: started.elapsed().as_secs(),
+    }
+}
+
+fn load_and_break(
+    shared: &Shared,
+    topology: Topology,
+    fault: Fault,
+    index: usize,
+) -> (Verdict, usize) {
+    let mode = shared.mode;
+    let single = matches!(topology, Topology::Single | Topology::SingleAof);
+    let mut deployment = Deployment::start(topology, shared.netns.filter(|_| single));
+    let dir = tempfile::Builder::new()
+        .prefix("redis-rlock-campaign-")
+        .tempdir()
+        .expect("temp dir");
+    let row = format!("row{index}");
+    // CAMPAIGN_KEEP=1 keeps the histories for a closer look.
+    let dir = if std::env::var_os("CAMPAIGN_KEEP").is_some() {
+        eprintln!("  histories in {}", dir.path().display());
+        KeptOrNot::Kept(dir.keep())
+    } else {
+        KeptOrNot::Temp(dir)
+    };
+    let setup = setup(shared, &deployment, fault, &row);
+    let workers = Workers::spawn(&setup, dir.path());
+    wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
+    std::thread::sleep(mode.warmup);
+    let repeats = if fault.repeatable() { mode.repeats } else { 1 };
+    let mut times = Vec::new();
+    for repeat in 0..repeats {
+        let (began, healed) = faults::inject(
+            fault,
+            &mut deployment,
+            &workers,
+            shared.netns,
+            past_lease(mode),
+        );
+        times.push((began, healed));
+        wait_until_all_acquired(&workers, healed, mode.liveness_bound);
+        if repeat + 1 < repeats {
+            std::thread::sleep(mode.warmup);
+        }
+    }
+    // A lease and a bit more of load after the last recovery: holds that a failover left
+    // behind (renewed nowhere, or twice) show up within it.
+    std::thread::sleep(mode.watchdog + Duration::from_secs(1));
+    let mut verdict = stop_and_check(shared, workers, dir.path(), &row, &times);
+    // README: "a Redis server that restarts without persistence forgets ... its fencing
+    // counters (tokens start again from 1)".
+    verdict.tokens_documented = topology == Topology::Single && fault == Fault::Restart;
+    verdict.leftovers = leftovers(&deployment, mode.watchdog + Duration::from_secs(3));
+    (verdict, times.len())
+}
+
+/// Stops the workers and runs the checker over their histories and the store's ledger.
+fn stop_and_check(
+    shared: &Shared,
+    workers: Workers,
+    dir: &std::path::Path,
+    row: &str,
+    times: &[(u64, u64)],
+) -> Verdict {
+    let hung = workers.stop(Duration::from_secs(20));
+    // Read after the stop, so that every record written counts (a killed worker's too).
+    let histories = read_histories(shared.mode.processes, dir);
+    let ledger = store::ledger(&mut shared.store.conn(), row);
+    let bound = shared.mode.liveness_bound.as_nanos() as u64;
+    let mut verdict = checker::check(&histories, &ledger, times, bound);
+    verdict.hung_workers = hung;
+    verdict
+}
+
+enum KeptOrNot {
+    Temp(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl KeptOrNot {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            KeptOrNot::Temp(dir) => dir.path(),
+            KeptOrNot::Kept(path) => path,
+        }
+    }
+}
+
+fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &str) -> Setup<'a> {
+    let partition = shared.netns.filter(|_| fault == Fault::ClientPartition);
+    Setup {
+        processes: shared.mode.processes,
+        threads: shared.mode.threads,
+        watchdog: shared.mode.watchdog,
+        replica_sync: shared.replica_sync,
+        store_url: shared.store.url(),
+        row: row.to_string(),
+        lock_url: (deployment.lock_url(false), deployment.lock_url(true)),
+        netns: partition.map(|ns| {
+            let store = format!("redis://{}:{}/", ns.host_addr(), shared.store.port());
+            (ns, store)
+        }),
+    }
+}
+
+fn read_histories(processes: usize, dir: &std::path::Path) -> Vec<Vec<Record>> {
+    (0..processes)
+        .map(|p| super::history::read(&super::worker::history_path(dir, p)))
+        .collect()
+}
+
+/// Waits until every worker process has entered a critical section after `since` (shared
+/// clock), or `limit` passed: the checker judges, this only saves time when all is well.
+fn wait_until_all_acquired(workers: &Workers, since: u64, limit: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let all = workers.histories().iter().all(|records| {
+            records
+                .iter()
+                .any(|r| matches!(r, Record::Hold(h) if h.acquired >= since))
+        });
+        if all {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// After every worker stopped: lock keys still there after `limit`, plus keys without a TTL
+/// other than the fencing counters (which Redisson keeps for good), on every master.
+fn leftovers(deployment: &Deployment, limit: Duration) -> usize {
+    let deadline = now_ns() + limit.as_nanos() as u64;
+    loop {
+        let found: usize = deployment.masters_now().into_iter().map(keys_left).sum();
+        if found == 0 || now_ns() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn keys_left(port: u16) -> usize {
+    let Ok(mut conn) = super::support::connect(&format!("redis://127.0.0.1:{port}/")) else {
+        return 0;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut conn)
+        .unwrap_or_default();
+    keys.iter()
+        .filter(|key| {
+            if key.as_str() == FENCED || key.as_str() == PLAIN {
+                return true;
+            }
+            let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap_or(-2);
+            ttl == -1 && !key.starts_with("redisson_lock_token:")
+        })
+        .count()
+}

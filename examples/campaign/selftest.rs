@@ -1,0 +1,59 @@
+//! The checker run on a made-up history with one of each violation, before any real row: a
+//! check that stopped counting would otherwise pass every row unnoticed.
+
+use super::checker::check;
+use super::history::{End, Hold, Kind, Record, Write};
+use super::store::Entry;
+
+fn hold(kind: Kind, process: usize, times: (u64, u64, u64), token: u64, end: End) -> Record {
+    Record::Hold(Hold {
+        kind,
+        owner: format!("{process}:0"),
+        process,
+        call_start: times.0,
+        acquired: times.1,
+        left: times.2,
+        token: (token > 0).then_some(token),
+        write: Write::None,
+        end,
+    })
+}
+
+/// Panics when a check misses its planted violation (or finds one that is not there).
+pub fn run() {
+    use Kind::{Fenced, Plain};
+    let worker_0 = vec![
+        hold(Plain, 0, (0, 10, 50), 0, End::Held),
+        hold(Fenced, 0, (60, 70, 80), 10, End::Held),
+        hold(Fenced, 0, (90, 95, 99), 11, End::Held),
+        hold(Plain, 0, (2000, 2100, 2200), 0, End::Held),
+    ];
+    let worker_1 = vec![
+        // Overlaps worker 0's first plain hold, neither told: one untold overlap.
+        hold(Plain, 1, (0, 20, 40), 0, End::Held),
+        // Began after token 11 was issued, got 7: a regression; 11 again: a duplicate.
+        hold(Fenced, 1, (100, 110, 120), 7, End::Held),
+        hold(Fenced, 1, (130, 140, 150), 11, End::Held),
+        // Overlaps worker 0's last plain hold, and was told: documented.
+        hold(Plain, 1, (2000, 2150, 2300), 0, End::Lost),
+    ];
+    let ledger =
+        [(3, true), (2, true), (4, false)].map(|(token, accepted)| Entry { token, accepted });
+    // Healed at 1000; worker 0 acquires 1100 later, worker 1 1150 later: bound 1120.
+    let v = check(&[worker_0, worker_1], &ledger, &[(900, 1000)], 1120);
+    let found = [
+        v.overlaps,
+        v.told_overlaps,
+        v.duplicate_tokens,
+        v.token_regressions,
+        v.stale_accepted,
+        v.liveness_misses,
+        v.refused,
+    ];
+    assert_eq!(
+        found,
+        [1, 1, 1, 1, 1, 1, 1],
+        "the checker's self-test (untold, told, duplicates, regressions, stale, liveness, refused)"
+    );
+    assert_eq!(v.worst_recovery, 1150, "worst recovery in the self-test");
+}
