@@ -32,10 +32,12 @@ impl Backoff {
 
     /// The sleep before the next look, for a waiter of a manager that waits for `waiting`
     /// locks: the current back-off plus up to a quarter of it, then doubled up to the cap.
+    /// Never shorter than the waiter's share of [`LOOKS_PER_SECOND`], from the first look on.
     pub(crate) fn next(&mut self, waiting: usize) -> Duration {
-        let share = Duration::from_secs(1) / LOOKS_PER_SECOND;
-        let cap = CAP.max(share.saturating_mul(u32::try_from(waiting).unwrap_or(u32::MAX)));
-        let current = self.next.min(cap);
+        let share = (Duration::from_secs(1) / LOOKS_PER_SECOND)
+            .saturating_mul(u32::try_from(waiting).unwrap_or(u32::MAX));
+        let cap = CAP.max(share);
+        let current = self.next.max(share).min(cap);
         self.salt = splitmix64(self.salt);
         let jitter = current / 4 * (self.salt % 1024) as u32 / 1024;
         self.next = current.saturating_mul(2).min(cap);
@@ -70,11 +72,19 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_grows_with_the_waiting_locks_to_keep_a_managers_looks_bounded() {
+    fn with_many_waiting_locks_every_look_waits_for_its_share() {
+        // 10,000 locks at 1,000 looks a second: each looks every 10 s, the first time too.
         let mut backoff = Backoff::new(1);
-        let last = (0..20).map(|_| backoff.next(10_000)).last().unwrap();
-        // 10,000 locks at 1,000 looks a second: each looks every 10 s.
-        assert!(last >= Duration::from_secs(10) && last <= Duration::from_millis(12_500));
+        for _ in 0..5 {
+            let sleep = backoff.next(10_000);
+            assert!(sleep >= Duration::from_secs(10) && sleep <= Duration::from_millis(12_500));
+        }
+        // 1,000 locks: a second at first, then the usual cap.
+        let mut backoff = Backoff::new(1);
+        let first = backoff.next(1_000);
+        assert!(first >= Duration::from_secs(1) && first <= Duration::from_millis(1_250));
+        let second = backoff.next(1_000);
+        assert!(second >= Duration::from_secs(2) && second <= Duration::from_millis(2_500));
     }
 
     #[test]
