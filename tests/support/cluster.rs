@@ -1,5 +1,6 @@
-//! A real Redis Cluster for tests: 3 masters and 3 replicas of Debian's `redis-server`, made
-//! with `redis-cli --cluster create`, on free loopback ports below 55535 (each node's cluster
+//! A real Redis Cluster for tests: 3 masters and 3 replicas of the selected server (Debian's
+//! `redis-server` unless `REDIS_RLOCK_SERVER` says otherwise), made with `redis-cli --cluster
+//! create` (or `REDIS_RLOCK_CLI`'s binary), on free loopback ports below 55535 (each node's cluster
 //! bus listens on its port + 10000). Killed with the value.
 
 use std::collections::HashMap;
@@ -68,7 +69,8 @@ impl RedisCluster {
             .map(|_| RedisServer::start_below(&args, 55535))
             .collect();
         let ports: Vec<u16> = servers.iter().map(RedisServer::port).collect();
-        let mut create = Command::new("redis-cli");
+        let cli = super::cli_binary();
+        let mut create = Command::new(&cli);
         create.arg("--cluster").arg("create");
         for port in &ports {
             create.arg(format!("127.0.0.1:{port}"));
@@ -76,10 +78,10 @@ impl RedisCluster {
         let out = create
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
-            .expect("run redis-cli --cluster create");
+            .unwrap_or_else(|e| panic!("run {cli} --cluster create: {e}"));
         assert!(
             out.status.success(),
-            "redis-cli --cluster create failed:\n{}{}",
+            "{cli} --cluster create failed:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

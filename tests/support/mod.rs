@@ -3,6 +3,11 @@
 //!
 //! Every test starts the servers it needs and they are killed when dropped; nothing depends on
 //! a server someone else started. Benches and examples reuse this file through `#[path]`.
+//!
+//! The server is `redis-server` from `$PATH` unless `REDIS_RLOCK_SERVER` names another binary
+//! (Valkey's `valkey-server`, an older Redis), and clusters are made with `redis-cli` unless
+//! `REDIS_RLOCK_CLI` names another: `.ci/run` runs the tests that touch the server on each
+//! server of its matrix that way (README, "Servers").
 #![allow(dead_code)] // each test binary uses a different part of it
 
 pub mod cluster;
@@ -13,10 +18,92 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The server binary the tests start: `$REDIS_RLOCK_SERVER`, or `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var("REDIS_RLOCK_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The command-line client that makes clusters: `$REDIS_RLOCK_CLI`, or `redis-cli`.
+pub fn cli_binary() -> String {
+    std::env::var("REDIS_RLOCK_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// What the selected server is, from its `--version` (asked once per test binary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// Valkey rather than Redis (Valkey numbers its own releases from 7.2 on).
+    pub valkey: bool,
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl ServerVersion {
+    /// Whether this is Redis `major.minor` or newer, or any Valkey: every Valkey has what
+    /// Redis 7.2 has.
+    pub fn at_least_redis(&self, major: u32, minor: u32) -> bool {
+        self.valkey || (self.major, self.minor) >= (major, minor)
+    }
+}
+
+/// The selected server's version: `Redis server v=7.0.15 ...` or `Valkey server v=9.1.2 ...`.
+pub fn server_version() -> ServerVersion {
+    static VERSION: OnceLock<ServerVersion> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let binary = server_binary();
+        let out = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {binary} --version ({e})"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let number = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or_else(|| panic!("no version in {binary} --version: {text}"));
+        let mut parts = number.split('.').map(|n| n.parse().unwrap_or(0));
+        ServerVersion {
+            valkey: text.starts_with("Valkey"),
+            major: parts.next().unwrap_or(0),
+            minor: parts.next().unwrap_or(0),
+        }
+    })
+}
+
+/// Whether the selected server was built with TLS: the servers of the matrix that come from
+/// wheels are not.
+pub fn server_has_tls() -> bool {
+    static TLS: OnceLock<bool> = OnceLock::new();
+    *TLS.get_or_init(|| {
+        // Asked to listen for TLS with a certificate that does not exist, every server exits
+        // at once: one built with TLS because it cannot load the certificate, Redis 6 without
+        // TLS on the unknown directive, Valkey without TLS because it has no TLS connection
+        // type (it knows the directives).
+        let out = Command::new(server_binary())
+            .args(["--port", "0", "--bind", "127.0.0.1", "--save", ""])
+            .args(["--tls-port", &free_port().to_string()])
+            .args(["--tls-cert-file", "/nonexistent"])
+            .args(["--tls-key-file", "/nonexistent"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the server");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        !(text.contains("Bad directive") || text.contains("Failed finding TLS support"))
+    })
+}
+
+/// Prints why a test does nothing on the selected server, for tests that need what it lacks.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let binary = server_binary();
+    // Straight to the process's stderr: the test harness keeps what `eprintln!` prints from
+    // a test that passes, and a skip must show in CI's log.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {binary} {reason}");
+}
 
 /// Opens a plain redis-rs connection to `url` (5 s to connect), again when its setup was
 /// interrupted: Linux fails a read with a timeout with EINTR when the process is stopped and
@@ -165,12 +252,15 @@ impl RedisServer {
 
     fn spawn_and_wait(&mut self) -> Result<(), String> {
         let log = self.dir.path().join("redis.log");
-        let mut cmd = Command::new("redis-server");
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--enable-debug-command", "local"])
-            .arg("--dir")
+        let binary = server_binary();
+        let mut cmd = Command::new(&binary);
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"]);
+        // Redis 7 refuses DEBUG unless asked; Redis 6 has no such setting (and allows it).
+        if server_version().at_least_redis(7, 0) {
+            cmd.args(["--enable-debug-command", "local"]);
+        }
+        cmd.arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(&log)
@@ -178,16 +268,16 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| {
-            format!("cannot run redis-server ({e}); install it (apt-get install redis-server)")
-        })?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {binary} ({e}); install it (scripts/ensure-deps)"))?;
         self.child = Some(child);
         let started = Instant::now();
         while started.elapsed() < START_TIMEOUT {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().ok().flatten() {
                 self.child = None;
                 return Err(format!(
-                    "redis-server exited with {status}\n{}",
+                    "{binary} exited with {status}\n{}",
                     std::fs::read_to_string(&log).unwrap_or_default()
                 ));
             }
@@ -198,7 +288,7 @@ impl RedisServer {
         }
         self.kill();
         Err(format!(
-            "redis-server did not answer within {START_TIMEOUT:?}\n{}",
+            "{binary} did not answer within {START_TIMEOUT:?}\n{}",
             std::fs::read_to_string(&log).unwrap_or_default()
         ))
     }
@@ -273,7 +363,7 @@ pub fn free_port_below(limit: u16) -> u16 {
 }
 
 fn panic_with_log(log: &str) -> ! {
-    panic!("could not start redis-server:\n{log}")
+    panic!("could not start {}:\n{log}", server_binary())
 }
 
 /// A command that runs this test binary again as a child process executing only the ignored

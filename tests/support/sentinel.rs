@@ -1,5 +1,5 @@
 //! A real Sentinel deployment for tests: one master and two replicas (or one, as small
-//! deployments run) of Debian's `redis-server`, watched by three sentinels (`redis-server sentinel.conf --sentinel`, a
+//! deployments run) of the selected server (`super::server_binary`), watched by three sentinels (`<server> sentinel.conf --sentinel`, a
 //! fresh writable configuration each, quorum 2, down-after 1000 ms). Killed with the value.
 
 use std::collections::HashMap;
@@ -109,14 +109,14 @@ impl RedisSentinel {
             .expect("sentinel.conf");
             let log =
                 std::fs::File::create(dir.path().join(format!("sentinel-{i}.log"))).expect("log");
-            let child = Command::new("redis-server")
+            let child = Command::new(super::server_binary())
                 .arg(&conf)
                 .arg("--sentinel")
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("run redis-server --sentinel");
+                .expect("run the server with --sentinel");
             sentinels.push((child, port));
         }
         let mut servers: HashMap<u16, RedisServer> =
