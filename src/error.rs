@@ -343,13 +343,32 @@ impl std::error::Error for Error {
 }
 
 /// The server's error code (`WRONGTYPE`, `NOAUTH`, ...), also when the error came from a
-/// pipeline, where redis-rs keeps the codes per command and reports none for the whole.
-fn server_code(err: &redis::RedisError) -> Option<String> {
-    if let Some(code) = err.code() {
-        return Some(code.to_owned());
+/// pipeline, where redis-rs keeps the codes per command and reports none for the whole, and
+/// when a command inside a script failed on Redis 6, which wraps its error in an `ERR`
+/// (`ERR Error running script (call to f_...): @user_script:1: WRONGTYPE Operation ...`;
+/// Redis 7 and Valkey pass the inner code on).
+pub(crate) fn server_code(err: &redis::RedisError) -> Option<String> {
+    let code = match err.code() {
+        Some(code) => code.to_owned(),
+        None => {
+            let errors = err.clone().into_server_errors()?;
+            errors.first().map(|(_, e)| e.code().to_owned())?
+        }
+    };
+    if code == "ERR" {
+        if let Some(inner) = err.detail().and_then(script_error_code) {
+            return Some(inner.to_owned());
+        }
     }
-    let errors = err.clone().into_server_errors()?;
-    errors.first().map(|(_, e)| e.code().to_owned())
+    Some(code)
+}
+
+/// The code of the error a command raised inside a script, from Redis 6's wrapper's detail.
+fn script_error_code(detail: &str) -> Option<&str> {
+    let (_, after) = detail.split_once("@user_script:")?;
+    let (_, message) = after.split_once(": ")?;
+    let code = message.split(' ').next()?;
+    (!code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase())).then_some(code)
 }
 
 /// Quotes a lock name for a message, cutting very long names so an error stays readable.
@@ -367,6 +386,23 @@ fn shorten(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn redis_6_script_errors_are_read_for_their_inner_code() {
+        let wrapped = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "script",
+            "Error running script (call to f_1a2b): @user_script:1: WRONGTYPE Operation \
+             against a key holding the wrong kind of value"
+                .to_owned(),
+        ));
+        assert_eq!(
+            script_error_code(wrapped.detail().unwrap()),
+            Some("WRONGTYPE")
+        );
+        assert_eq!(script_error_code("Error running script: not one"), None);
+        assert_eq!(script_error_code("x @user_script:3: oops lower"), None);
+    }
     use super::*;
 
     #[test]

@@ -18,7 +18,7 @@ use redis::{Connection, ErrorKind, RedisError, RedisResult};
 
 use crate::config::Config;
 use crate::endpoints::Endpoints;
-use crate::error::{Error, Result};
+use crate::error::{server_code, Error, Result};
 use crate::names::LockKeys;
 use crate::pool::Pool;
 use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
@@ -1262,15 +1262,6 @@ fn is_unknown_command(err: &RedisError) -> bool {
 /// the code is a plain `ERR`.
 pub(crate) fn is_not_local(err: &RedisError) -> bool {
     err.to_string().contains("non local key")
-}
-
-/// The server's error code, also when it came from one command of a pipeline.
-fn server_code(err: &RedisError) -> Option<String> {
-    if let Some(code) = err.code() {
-        return Some(code.to_owned());
-    }
-    let errors = err.clone().into_server_errors()?;
-    errors.first().map(|(_, e)| e.code().to_owned())
 }
 
 /// How much longer than its budget a call may take rather than pay two system calls to

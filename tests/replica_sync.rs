@@ -14,7 +14,7 @@ use support::RedisServer;
 fn acquires_wait_for_the_replica_and_are_rolled_back_without_it() {
     let (master, replica) = support::master_with_replica();
     let manager = LockManager::builder(&master.url())
-        .replica_sync_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_secs(1))
         .build()
         .expect("manager");
 
@@ -188,7 +188,7 @@ fn an_acquire_whose_acknowledgement_was_lost_is_rolled_back() {
     let proxy = Proxy::start(master.port());
     let manager = LockManager::builder(&proxy.url())
         .response_timeout(Duration::from_millis(300))
-        .replica_sync_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_secs(1))
         .build()
         .expect("manager through the proxy");
     support::await_listener(&mut master.conn(), &manager);
@@ -236,7 +236,7 @@ fn an_acquire_answered_by_its_attempt_id_still_waits_for_the_replica() {
     let proxy = Proxy::start(master.port());
     let manager = LockManager::builder(&proxy.url())
         .response_timeout(Duration::from_millis(500))
-        .replica_sync_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_secs(1))
         .build()
         .expect("manager through the proxy");
     // Scripts loaded, the replicas counted, a pooled connection to reuse.
@@ -393,7 +393,7 @@ fn assert_refused_and_rolled_back(
 fn a_local_successor_gets_no_lock_that_no_replica_acknowledged() {
     let (master, replica) = support::master_with_replica();
     let manager = LockManager::builder(&master.url())
-        .replica_sync_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_secs(1))
         .build()
         .expect("manager");
     let name = "sync:handoff";
@@ -422,7 +422,7 @@ fn a_release_whose_replica_check_fails_is_still_a_release() {
         .unwrap();
     let url = format!("redis://locker:pw@127.0.0.1:{}/", master.port());
     let manager = LockManager::builder(&url)
-        .replica_sync_timeout(Duration::from_millis(300))
+        .replica_sync_timeout(Duration::from_secs(1))
         .build()
         .expect("manager");
     let name = "sync:release-check";
