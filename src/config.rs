@@ -6,6 +6,7 @@ use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::pubsub_connection::PubSubProtocol;
+use crate::sharded_pubsub::ShardedPubSubMode;
 
 /// The longest lease or timeout accepted: 100 years (of 365 days), 3,153,600,000,000 ms.
 ///
@@ -101,6 +102,7 @@ pub(crate) struct Config {
     pub(crate) replica_sync_timeout: Duration,
     /// What the pub/sub listeners speak.
     pub(crate) pubsub_protocol: PubSubProtocol,
+    pub(crate) sharded_pubsub: ShardedPubSubMode,
 }
 
 /// PEM bytes, shown by `Debug` as their size only.
@@ -156,6 +158,7 @@ pub struct LockManagerBuilder {
     fair_lock_wait_timeout: Duration,
     tls_root_certificate: Option<Vec<u8>>,
     pubsub_protocol: PubSubProtocol,
+    sharded_pubsub: ShardedPubSubMode,
 }
 
 #[derive(Clone)]
@@ -194,6 +197,7 @@ impl LockManagerBuilder {
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             tls_root_certificate: None,
             pubsub_protocol: PubSubProtocol::Auto,
+            sharded_pubsub: ShardedPubSubMode::Auto,
         }
     }
 
@@ -320,6 +324,23 @@ impl LockManagerBuilder {
         self
     }
 
+    /// On a cluster, whether releases are announced with sharded pub/sub (`SPUBLISH`) or plain
+    /// (`PUBLISH`): [`ShardedPubSubMode::Auto`] (the default) uses sharded pub/sub where the
+    /// cluster supports it, as Redisson does; set it to what the Java services sharing the
+    /// locks use (Redisson's `shardedSubscriptionMode`). Ignored elsewhere.
+    ///
+    /// ```no_run
+    /// use redis_rlock::{LockManager, ShardedPubSubMode};
+    /// let manager = LockManager::cluster_builder(&["redis://10.0.0.1:7000/"])
+    ///     .sharded_pubsub_mode(ShardedPubSubMode::Off)
+    ///     .build()?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn sharded_pubsub_mode(mut self, mode: ShardedPubSubMode) -> Self {
+        self.sharded_pubsub = mode;
+        self
+    }
+
     /// Checks the settings, connects to Redis, loads the lock scripts and starts the
     /// manager's background threads (the watchdog, and a pub/sub listener per master).
     ///
@@ -372,6 +393,7 @@ impl LockManagerBuilder {
             replica_sync: self.replica_sync,
             replica_sync_timeout: self.replica_sync_timeout,
             pubsub_protocol: self.pubsub_protocol,
+            sharded_pubsub: self.sharded_pubsub,
         })
     }
 }
@@ -404,6 +426,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("fair_lock_wait_timeout", &self.fair_lock_wait_timeout)
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
             .field("pubsub_protocol", &self.pubsub_protocol)
+            .field("sharded_pubsub", &self.sharded_pubsub)
             .finish()
     }
 }

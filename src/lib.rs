@@ -369,6 +369,7 @@ mod read_write_lock;
 mod red_lock;
 mod scripts;
 mod semaphore;
+mod sharded_pubsub;
 mod slot;
 mod stats;
 mod stop;
@@ -417,6 +418,7 @@ pub use pubsub_connection::PubSubProtocol;
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
+pub use sharded_pubsub::ShardedPubSubMode;
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.

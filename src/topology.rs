@@ -249,7 +249,9 @@ impl Topology {
             slots: None,
         })?;
         if matches!(topology.discovery, Discovery::Cluster { .. }) {
-            topology.sharded_pubsub = supports_sharded_pubsub(&map)?;
+            topology.sharded_pubsub = config
+                .sharded_pubsub
+                .decide(supports_sharded_pubsub(&map)?)?;
         }
         *topology.map.get_mut() = Arc::new(map);
         Ok(topology)

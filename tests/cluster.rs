@@ -10,7 +10,7 @@ mod support;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use redis_rlock::{Lease, LockManager};
+use redis_rlock::{Lease, LockManager, ShardedPubSubMode};
 use support::cluster::RedisCluster;
 
 /// The lease of the tests that kill or fail over a master: long enough that the lease left
@@ -206,14 +206,31 @@ end;
 #[test]
 fn redisson_and_this_crate_wake_each_other_through_spublish() {
     let cluster = RedisCluster::start();
-    let manager = manager(&cluster);
+    // Redisson's default (AUTO): sharded where the server has it, plain on Redis 6.
+    wake_each_other(&cluster, &manager(&cluster), sharded_pub_sub());
+}
+
+#[test]
+fn with_sharded_pub_sub_off_redisson_and_this_crate_wake_each_other_through_publish() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    // A Java cluster client set to `shardedSubscriptionMode(OFF)` publishes with PUBLISH.
+    let manager = LockManager::cluster_builder(&seeds)
+        .sharded_pubsub_mode(ShardedPubSubMode::Off)
+        .build()
+        .expect("a manager on the cluster");
+    wake_each_other(&cluster, &manager, false);
+}
+
+/// A Java holder released by Redisson's script (with SPUBLISH when `sharded`, else PUBLISH)
+/// wakes a waiter of `manager` by its message, and a subscriber of the same kind on the slot's
+/// master hears this crate's unlock.
+fn wake_each_other(cluster: &RedisCluster, manager: &LockManager, sharded: bool) {
     let name = "interop";
     let master = cluster.master_for_slot(RedisCluster::slot_of(name));
     let mut node = conn(master);
-
-    // A Java holder (its hash field), released by Redisson's script with SPUBLISH (PUBLISH on
-    // a server without sharded pub/sub, as Redisson does there).
-    let (publish, subscribe, kind) = if sharded_pub_sub() {
+    let (publish, subscribe, kind) = if sharded {
         ("spublish", "SSUBSCRIBE", redis::PushKind::SMessage)
     } else {
         ("publish", "SUBSCRIBE", redis::PushKind::Message)
@@ -261,6 +278,12 @@ fn redisson_and_this_crate_wake_each_other_through_spublish() {
     assert!(
         waited < Duration::from_secs(10),
         "woken by {publish}, not by the 30 s lease: {waited:?}"
+    );
+    // By the message itself, not by a look of the waiter's back-off.
+    assert!(
+        manager.stats().wakeups >= 1,
+        "the {publish} woke nobody: {:?}",
+        manager.stats()
     );
 
     // The reverse: a (sharded) subscriber on the slot's master hears this crate's unlock.
