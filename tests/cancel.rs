@@ -290,6 +290,9 @@ fn a_token_cancelled_before_the_call_sends_nothing() {
     let token = CancelToken::new();
     token.cancel();
     let mut conn = server.conn();
+    // The listener subscribes on its own thread after build: counted once it has, so that
+    // only what the calls below send is compared.
+    support::await_listener(&mut conn, &manager);
     let before = manager.stats();
     let evals_before = support::command_calls(&mut conn, "evalsha");
     let options = AcquireOptions::new().cancel_token(&token);
