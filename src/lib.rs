@@ -371,6 +371,7 @@ mod scripts;
 mod semaphore;
 mod sharded_pubsub;
 mod slot;
+mod spin_lock;
 mod stats;
 mod stop;
 mod store;
@@ -401,6 +402,7 @@ pub mod lua {
         SEMAPHORE_ADD_PERMITS, SEMAPHORE_DRAIN_PERMITS, SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE,
         SEMAPHORE_TRY_SET_PERMITS,
     };
+    pub use crate::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
 }
 
 pub use cancel::CancelToken;
@@ -419,6 +421,7 @@ pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
 pub use sharded_pubsub::ShardedPubSubMode;
+pub use spin_lock::SpinLock;
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
@@ -428,6 +431,7 @@ const _: () = {
     assert_send_sync::<Lock>();
     assert_send_sync::<LockGuard>();
     assert_send_sync::<FairLock>();
+    assert_send_sync::<SpinLock>();
     assert_send_sync::<ReadWriteLock>();
     assert_send_sync::<ReadLock>();
     assert_send_sync::<WriteLock>();
