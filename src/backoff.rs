@@ -45,6 +45,42 @@ impl Backoff {
     }
 }
 
+/// Redisson's default spin-lock back-off (`LockOptions.ExponentialBackOff`): 1 ms first, then
+/// each sleep twice the last plus a random 0 to n - 1 ms at the n-th doubling, at most 128 ms.
+/// Redisson's `RSpinLock` waiters use it, and so do ours: nothing announces a spin lock's
+/// release, so this alone decides how soon a waiter finds it (within about the cap).
+pub(crate) struct SpinBackoff {
+    next_ms: u64,
+    doublings: u64,
+    salt: u64,
+}
+
+impl SpinBackoff {
+    const FIRST_MS: u64 = 1;
+    const CAP_MS: u64 = 128;
+
+    /// A back-off whose jitter is drawn from `salt` (see [`Backoff::new`]).
+    pub(crate) fn new(salt: u64) -> Self {
+        SpinBackoff {
+            next_ms: Self::FIRST_MS,
+            doublings: 0,
+            salt,
+        }
+    }
+
+    /// The sleep before the next look.
+    pub(crate) fn next(&mut self) -> Duration {
+        let current = self.next_ms;
+        if current < Self::CAP_MS {
+            self.doublings += 1;
+            self.salt = splitmix64(self.salt);
+            let jitter = self.salt % self.doublings;
+            self.next_ms = (current * 2 + jitter).min(Self::CAP_MS);
+        }
+        Duration::from_millis(current)
+    }
+}
+
 /// One step of splitmix64: enough randomness for jitter, with no dependency.
 fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -85,6 +121,25 @@ mod tests {
         assert!(first >= Duration::from_secs(1) && first <= Duration::from_millis(1_250));
         let second = backoff.next(1_000);
         assert!(second >= Duration::from_secs(2) && second <= Duration::from_millis(2_500));
+    }
+
+    #[test]
+    fn the_spin_back_off_is_redissons_from_a_millisecond_to_128() {
+        for salt in 0..64 {
+            let mut backoff = SpinBackoff::new(salt);
+            let sleeps: Vec<u64> = (0..12).map(|_| backoff.next().as_millis() as u64).collect();
+            assert_eq!(sleeps[0], 1, "{sleeps:?}");
+            for pair in sleeps.windows(2) {
+                // Doubled, plus less than one ms per doubling so far, capped.
+                let doubled = pair[0] * 2;
+                assert!(
+                    pair[1] == 128 || (pair[1] >= doubled && pair[1] < doubled + 12),
+                    "{sleeps:?}"
+                );
+            }
+            assert!(sleeps[..7].iter().all(|&ms| ms < 128), "{sleeps:?}");
+            assert_eq!(sleeps[11], 128, "{sleeps:?}");
+        }
     }
 
     #[test]

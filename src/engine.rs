@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::attempt_id::AttemptId;
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, SpinBackoff};
 use crate::cancel::CancelToken;
 use crate::clock::BootInstant;
 use crate::config::Config;
@@ -369,8 +369,9 @@ impl Engine {
     ) -> Result<Option<Held>> {
         let thread = current_thread_number();
         let started = Instant::now();
+        let holding = self.holds.count(kind, keys, thread) > 0;
         // Reentrant: this thread holds the lock already, so no local thread can be ahead.
-        let reentrant = kind.uses_line() && self.holds.count(kind, keys, thread) > 0;
+        let reentrant = kind.uses_line() && holding;
         let mut attempter = Attempter {
             engine: self,
             kind,
@@ -380,7 +381,8 @@ impl Engine {
             id: AttemptId::new(),
             sent: BootInstant::now(),
             token: None,
-            fresh: !reentrant,
+            // Whatever the line: a kind without one (a spin lock) re-enters by counting on.
+            fresh: !holding,
             waiting: None,
             outage: Outage::of(self),
         };
@@ -553,6 +555,9 @@ impl Engine {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return attempter.outage.at_deadline();
         }
+        if kind.spins() {
+            return self.spin(keys, request, stop, attempter);
+        }
         let channel = kind.channel(keys, &attempter.owner);
         let subscription = self.subscriber.subscribe(&channel, deadline, stop);
         stop.check()?;
@@ -712,6 +717,37 @@ impl Engine {
                     self.store.counters.grant_taken();
                     return Ok(true);
                 }
+            }
+        }
+    }
+
+    /// The wait of a kind whose releases are silent (a spin lock): no subscription, no
+    /// message; sleep Redisson's spin back-off (at most the wait left), attempt, and repeat (the
+    /// caller made the first attempt). An outage is ridden out as in
+    /// [`wait_in_redis`](Self::wait_in_redis); the stop ends a sleep at once.
+    fn spin(
+        &self,
+        keys: &LockKeys,
+        request: &Request,
+        stop: &Stop,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<bool> {
+        let mut backoff = SpinBackoff::new(current_thread_number());
+        loop {
+            let mut sleep = backoff.next();
+            if let Some(deadline) = request.deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return attempter.outage.at_deadline();
+                }
+                sleep = sleep.min(deadline - now);
+            }
+            stop.sleep(sleep)?;
+            match attempter.attempt() {
+                Ok(Attempt::Acquired { .. }) => return Ok(true),
+                Ok(Attempt::HeldByOther(_)) => attempter.outage.over(),
+                // Looked at again after the next back-off (at most 128 ms).
+                Err(err) => attempter.outage.ride_out(&keys.name, err)?,
             }
         }
     }

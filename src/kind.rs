@@ -26,6 +26,13 @@ pub(crate) trait LockKind: Sync {
         false
     }
 
+    /// Whether its releases are silent (Redisson's spin lock): then a waiter subscribes to
+    /// nothing and looks again after Redisson's spin back-off (`crate::backoff::SpinBackoff`)
+    /// instead of waiting for a message.
+    fn spins(&self) -> bool {
+        false
+    }
+
     /// One attempt to take a hold as `args` say; reports the holder's TTL when it is held
     /// (for a queue: how long until this owner's turn may come).
     fn attempt(

@@ -74,23 +74,41 @@
 //!
 //! # Other lock kinds
 //!
-//! Two more of Redisson's locks share the same machinery (the engine, the watchdog, guards
+//! Three more of Redisson's locks share the same machinery (the engine, the watchdog, guards
 //! with the lost signal) and wire format:
 //!
 //! - [`FairLock`] ([`LockManager::get_fair_lock`]), Redisson's `RFairLock`: waiters of every
 //!   client get the lock first come, first served, through a queue kept in Redis.
+//! - [`SpinLock`] ([`LockManager::get_spin_lock`]), Redisson's `RSpinLock`: stored as the lock
+//!   is, but nothing is published: a release announces nothing and waiters poll, after
+//!   Redisson's back-off (1 ms doubling to 128 ms), instead of subscribing. For deployments
+//!   where pub/sub is unwelcome, or to share a lock with Java's `getSpinLock`.
 //! - [`ReadWriteLock`] ([`LockManager::get_read_write_lock`]), Redisson's `RReadWriteLock`:
 //!   a [`ReadLock`] shared by any number of readers and an exclusive [`WriteLock`]. As in
 //!   Redisson, readers that keep overlapping keep a writer waiting.
 //!
 //! Each has `lock`, `try_lock`, `lock_with_lease`, `try_lock_with_lease` and `acquire`, and
-//! returns a [`LockGuard`]:
+//! returns a [`LockGuard`]. From Redisson to here:
+//!
+//! | Redisson | here | waiters | fencing |
+//! |---|---|---|---|
+//! | `getLock(name)` | [`LockManager::get_lock`] → [`Lock`] | woken by the unlock message | yes |
+//! | `getFairLock(name)` | [`LockManager::get_fair_lock`] → [`FairLock`] | queued in Redis, the head woken | yes |
+//! | `getSpinLock(name)` | [`LockManager::get_spin_lock`] → [`SpinLock`] | poll, 1 ms doubling to 128 ms; no message | yes |
+//! | `getReadWriteLock(name)` | [`LockManager::get_read_write_lock`] → [`ReadWriteLock`] | woken by the unlock message | write lock only |
+//!
+//! [`SpinLock`] also has the inspection calls and `force_unlock` (which publishes nothing
+//! either).
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! # let manager = redis_rlock::LockManager::new("redis://127.0.0.1:6379/")?;
 //! let guard = manager.get_fair_lock("reports").lock()?;
 //! drop(guard);
+//! let spin = manager.get_spin_lock("nightly");
+//! if let Some(guard) = spin.try_lock(Duration::from_secs(1))? {
+//!     guard.unlock()?; // publishes nothing: waiters find it free when they look
+//! }
 //! let config = manager.get_read_write_lock("config");
 //! if let Some(_read) = config.read_lock().try_lock(Duration::from_secs(1))? {
 //!     // ... shared with other readers ...
@@ -98,10 +116,12 @@
 //! # Ok::<(), redis_rlock::Error>(())
 //! ```
 //!
-//! Neither has the local line described below: the fair lock's queue orders local threads
-//! too, and shared holds cannot take turns, so each handoff between threads of one manager is
-//! a pub/sub hop. `docs/DESIGN.md` ("Fair lock" and "Read-write lock" under "On the wire") have
-//! their keys, scripts and what differs from Redisson.
+//! None has the local line described below: the fair lock's queue orders local threads too,
+//! shared holds cannot take turns, and a spin lock's release has no message whose listeners
+//! it could count (so a handoff could keep other processes' pollers out): each handoff between
+//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/DESIGN.md` ("Fair
+//! lock", "Spin lock" and "Read-write lock" under "On the wire") have their keys, scripts and
+//! what differs from Redisson.
 //!
 //! # Ownership and reentrancy
 //!
@@ -371,6 +391,7 @@ mod scripts;
 mod semaphore;
 mod sharded_pubsub;
 mod slot;
+mod spin_lock;
 mod stats;
 mod stop;
 mod store;
@@ -401,6 +422,7 @@ pub mod lua {
         SEMAPHORE_ADD_PERMITS, SEMAPHORE_DRAIN_PERMITS, SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE,
         SEMAPHORE_TRY_SET_PERMITS,
     };
+    pub use crate::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
 }
 
 pub use cancel::CancelToken;
@@ -419,6 +441,7 @@ pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use red_lock::{RedLock, RedLockGuard};
 pub use semaphore::{Semaphore, SemaphorePermits};
 pub use sharded_pubsub::ShardedPubSubMode;
+pub use spin_lock::SpinLock;
 pub use stats::Stats;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
@@ -428,6 +451,7 @@ const _: () = {
     assert_send_sync::<Lock>();
     assert_send_sync::<LockGuard>();
     assert_send_sync::<FairLock>();
+    assert_send_sync::<SpinLock>();
     assert_send_sync::<ReadWriteLock>();
     assert_send_sync::<ReadLock>();
     assert_send_sync::<WriteLock>();

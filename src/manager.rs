@@ -16,6 +16,7 @@ use crate::options::AcquireOptions;
 use crate::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::read_write_lock::ReadWriteLock;
 use crate::semaphore::Semaphore;
+use crate::spin_lock::SpinLock;
 use crate::stats::Stats;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -155,6 +156,12 @@ impl LockManager {
     /// first served across all clients. No I/O. See [`FairLock`].
     pub fn get_fair_lock(&self, name: &str) -> FairLock {
         FairLock::new(self.clone(), name)
+    }
+
+    /// A handle on the spin lock called `name` (Redisson's `RSpinLock`): a lock whose release
+    /// publishes nothing and whose waiters poll with a back-off. No I/O. See [`SpinLock`].
+    pub fn get_spin_lock(&self, name: &str) -> SpinLock {
+        SpinLock::new(self.clone(), name)
     }
 
     /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared

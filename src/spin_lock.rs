@@ -1,0 +1,230 @@
+//! [`SpinLock`]: Redisson's `RSpinLock`, a reentrant lock whose waiters poll with a back-off
+//! instead of listening for the release.
+//!
+//! The lock is the reentrant lock's hash (one owner field `<client id>:<thread>`, a hold count,
+//! the lease as TTL), taken with the same acquire and renewed by the same watchdog; a release
+//! has the same unlock latch. What differs is pub/sub: a spin lock's release (and force
+//! unlock) publishes nothing, and its waiters subscribe to nothing. A waiter looks again after
+//! Redisson's default back-off (`LockOptions.ExponentialBackOff`: 1 ms, doubled plus a little
+//! jitter, at most 128 ms; `crate::backoff::SpinBackoff`), so a release is found within about
+//! 128 ms whoever made it. Redisson offers it for large clusters, where every lock's channel
+//! costs every node; docs/DESIGN.md ("Spin lock", under "On the wire") has the wire format.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::kind::{AttemptArgs, LockKind, REENTRANT};
+use crate::lock::{acquire_shorthands, Lock};
+use crate::manager::LockManager;
+use crate::names::LockKeys;
+use crate::options::AcquireOptions;
+use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash};
+use crate::store::{Attempt, Listeners, LockStore, Release};
+
+/// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock
+/// key, `KEYS[2]` this call's latch, `KEYS[3..]` latches of this client's earlier releases of
+/// the lock (deleted). `ARGV[1]` lease ms for holds that remain, `ARGV[2]` owner field,
+/// `ARGV[3]` latch TTL ms.
+///
+/// A repeated call (same latch) gets the first reply. Replies nil when the owner holds no hold
+/// (nothing changed), 0 when one hold fewer remains (lease re-applied), 1 when that was the
+/// last and the key is deleted. Nothing is published: spin-lock waiters poll.
+pub const SPIN_RELEASE: &str = latched_script!(
+    latch = 2,
+    earlier = 3,
+    r#"
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+local result = 1
+if redis.call('hincrby', KEYS[1], ARGV[2], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    result = 0
+else
+    redis.call('del', KEYS[1])
+end
+redis.call('set', KEYS[2], result, 'px', ARGV[3])
+return result
+"#
+);
+
+/// The spin lock's force unlock: `KEYS[1]` lock key. Deletes it and replies 1, or 0 when there
+/// was none; publishes nothing (Redisson's `RSpinLock.forceUnlock` neither). As
+/// `FORCE_UNLOCK`, a key that is not a hash, or a hash whose fields are not hold counts, is
+/// refused with WRONGTYPE and left alone: it is somebody's data, not a lock.
+pub const SPIN_FORCE_UNLOCK: &str = concat!(
+    not_a_lock_fn!(),
+    r#"
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
+end
+if kind == 'hash' and not_a_lock(KEYS[1]) then
+    "#,
+    refuse_data_hash!(),
+    r#"
+end
+return redis.call('del', KEYS[1])
+"#
+);
+
+static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SPIN_RELEASE));
+static FORCE_UNLOCK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SPIN_FORCE_UNLOCK));
+
+/// The spin lock's kind, shared by every [`SpinLock`].
+pub(crate) static SPIN: Spin = Spin;
+
+/// Redisson's spin lock: the reentrant lock's hash, released silently, waited for by polling.
+pub(crate) struct Spin;
+
+impl LockKind for Spin {
+    fn name(&self) -> &'static str {
+        "spin lock"
+    }
+
+    fn uses_line(&self) -> bool {
+        // The line hands the lock to a local thread in the release unless a remote waiter
+        // heard the unlock message. A spin lock sends none, so a busy process would keep the
+        // lock from Java's (and other processes') pollers for as long as it had threads
+        // queued. Every thread polls for itself, as in Redisson.
+        false
+    }
+
+    fn spins(&self) -> bool {
+        true
+    }
+
+    fn attempt(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        args: &AttemptArgs<'_>,
+    ) -> Result<Attempt> {
+        // The same hash, field and lease as `RLock`'s acquire (Redisson's spin lock sends the
+        // same script); a fenced attempt draws from the same counter.
+        REENTRANT.attempt(store, keys, args)
+    }
+
+    fn release(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        _listeners: Listeners,
+        _next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        let reply = store.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = RELEASE_SCRIPT.prepare_invoke();
+            call.key(&*keys.name).key(latch);
+            for key in previous {
+                call.key(key);
+            }
+            call.arg(lease_ms).arg(owner).arg(store.latch_ttl_ms());
+            call.invoke::<Option<i64>>(conn)
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
+        // Never subscribed to nor published on; the engine asks it only for bookkeeping.
+        keys.channel()
+    }
+
+    fn renew(
+        &self,
+        store: &LockStore,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Vec<Option<bool>> {
+        REENTRANT.renew(store, batch, timeout_ms, budget)
+    }
+}
+
+/// A handle on one spin lock: Redisson's `RSpinLock`. Cheap to create
+/// ([`LockManager::get_spin_lock`] does no I/O) and to clone.
+///
+/// Stored like a [`Lock`] (the same hash, owner field, lease and watchdog), so Java's
+/// `getSpinLock(name)` and this handle share one lock. But nothing is published: a release
+/// announces nothing, and a waiter does not subscribe. It polls instead, after a back-off of
+/// 1 ms doubling (plus jitter) up to 128 ms, Redisson's default: a release is found within
+/// about 128 ms, at the price of a few requests a second per waiter. Use it where pub/sub is
+/// unwelcome (very large clusters) or to share a lock with Java code that uses `RSpinLock`.
+///
+/// Reentrant per thread like [`Lock`]; every acquire returns a [`LockGuard`] that releases one
+/// hold, with the lost signal and (through [`acquire`](Self::acquire) with
+/// [`AcquireOptions::fenced`]) fencing tokens from the same counter as [`Lock::lock_fenced`].
+/// Threads of one manager do not take turns in-process: each polls for itself, as Java's do,
+/// so that a busy process cannot keep the lock from another's pollers.
+#[derive(Clone)]
+pub struct SpinLock {
+    lock: Lock,
+}
+
+impl SpinLock {
+    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+        SpinLock {
+            lock: Lock::new(manager, name),
+        }
+    }
+
+    /// The lock's name, which is also its Redis key.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// Acquires as `options` say (wait limit, lease, fencing token, cancellation); the general
+    /// form of the shorthands. `Ok(None)` only when a wait limit was given and passed.
+    pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        self.lock.acquire_as(&SPIN, options)
+    }
+
+    acquire_shorthands!("the spin lock, polling");
+
+    /// Whether anyone (any thread, process or client) holds the lock.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.lock.is_locked()
+    }
+
+    /// Whether the calling thread holds the lock through this manager.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        self.lock.is_held_by_current_thread()
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it holds none).
+    pub fn hold_count(&self) -> Result<u32> {
+        self.lock.hold_count()
+    }
+
+    /// The lock's remaining lease as Redis sees it; `None` when nobody holds it.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.lock.remaining_ttl()
+    }
+
+    /// Deletes the lock whoever holds it, announcing nothing (pollers find it free); `true`
+    /// if it was held. The former holder's guards then fail to release with
+    /// [`Error::NotHeld`](crate::Error::NotHeld). A key of this name that is not a lock is
+    /// left alone and reported as [`Error::WrongType`](crate::Error::WrongType).
+    pub fn force_unlock(&self) -> Result<bool> {
+        let keys = self.lock.keys()?;
+        let engine = self.lock.engine()?;
+        let mut call = FORCE_UNLOCK_SCRIPT.prepare_invoke();
+        call.key(&*keys.name);
+        let deleted: i64 = engine.store().invoke("force unlock", &keys.name, &call)?;
+        engine.forget_holds(keys);
+        Ok(deleted == 1)
+    }
+}
+
+impl std::fmt::Debug for SpinLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinLock")
+            .field("name", &self.name())
+            .finish()
+    }
+}
