@@ -657,6 +657,8 @@ impl Engine {
         let registered_from = BootInstant::now();
         // A release nobody announced (a spin lock's, a deleted key) is found by looking again.
         let mut backoff = Backoff::new(current_thread_number());
+        // When the holder's lease, as last seen, ends.
+        let mut holder_until: Option<Instant> = None;
         // A waiter rides out an outage (a restart, its data loading back, a failover) for the
         // outage grace (`crate::outage`), woken when the listener is back; past that the
         // outage is reported. Redis down for good is still an error.
@@ -684,7 +686,22 @@ impl Engine {
                         self.line.yield_outcome(false);
                     }
                     attempter.outage.over();
+                    holder_until = ttl.map(|ms| Instant::now() + Duration::from_millis(ms));
                     ttl
+                }
+                // A look of the back-off, while the holder's lease still runs, that a server
+                // no longer answering (frozen) let time out: without the back-off nothing
+                // would have been asked before the lease's end, so it is not reported yet
+                // (a look whose reply was lost takes no second hold: the attempt id).
+                Err(err)
+                    if err.is_timeout() && holder_until.is_some_and(|u| Instant::now() < u) =>
+                {
+                    log::debug!(
+                        "lock {:?}: a look timed out ({err}); looking again",
+                        keys.name
+                    );
+                    holder_until
+                        .map(|u| u.saturating_duration_since(Instant::now()).as_millis() as u64)
                 }
                 Err(err) => {
                     attempter.outage.ride_out(&keys.name, err)?;
