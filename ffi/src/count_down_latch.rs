@@ -6,8 +6,8 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::{guarded, redis_rlock_result, str_arg, write_out, Failure};
-use super::manager::{manager_arg, redis_rlock_manager};
+use super::boundary::{redis_rlock_result, Failure};
+use super::manager::{redis_rlock_manager, with_named};
 use redis_rlock::CountDownLatch;
 
 /// The shared body: checks the arguments and the out pointer (`what`, NULL for none), then
@@ -21,22 +21,16 @@ unsafe fn with_latch<T>(
     out: Option<(&str, *mut T)>,
     op: impl FnOnce(&CountDownLatch) -> Result<T, Failure>,
 ) -> redis_rlock_result {
-    guarded(|| {
-        // SAFETY (both): the caller's contract.
-        let manager = unsafe { manager_arg(m)? };
-        let name = unsafe { str_arg("name", name)? };
-        if let Some((what, ptr)) = out {
-            if ptr.is_null() {
-                return Err(Failure::invalid(format!("{what} is NULL")));
-            }
-        }
-        let value = op(&manager.get_count_down_latch(name))?;
-        match out {
-            // SAFETY: checked not NULL above, and writable by the caller's contract.
-            Some((what, ptr)) => unsafe { write_out(what, ptr, value) },
-            None => Ok(()),
-        }
-    })
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        with_named(
+            m,
+            name,
+            out,
+            |manager, name| manager.get_count_down_latch(name),
+            op,
+        )
+    }
 }
 
 /// Sets the count of the latch `name` to `count` (1 to 2^63 - 1) if it is zero (open, or never

@@ -79,6 +79,38 @@ pub(super) unsafe fn manager_arg<'a>(m: *const redis_rlock_manager) -> Result<Ca
     })
 }
 
+/// The shared body of the calls on a named object without a handle (a count-down latch, a
+/// permit-expirable semaphore): checks the manager, the name and the out pointer (`what`;
+/// `None` for none) before anything is sent, then runs `op` on the object `get` makes for the
+/// name and writes its value out.
+///
+/// # Safety
+/// As for the exported functions: each pointer is NULL or valid.
+pub(super) unsafe fn with_named<H, T>(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    out: Option<(&str, *mut T)>,
+    get: impl FnOnce(&LockManager, &str) -> H,
+    op: impl FnOnce(&H) -> Result<T, Failure>,
+) -> redis_rlock_result {
+    guarded(|| {
+        // SAFETY (both): the caller's contract.
+        let manager = unsafe { manager_arg(m)? };
+        let name = unsafe { str_arg("name", name)? };
+        if let Some((what, ptr)) = out {
+            if ptr.is_null() {
+                return Err(Failure::invalid(format!("{what} is NULL")));
+            }
+        }
+        let value = op(&get(&manager, name))?;
+        match out {
+            // SAFETY: checked not NULL above, and writable by the caller's contract.
+            Some((what, ptr)) => unsafe { write_out(what, ptr, value) },
+            None => Ok(()),
+        }
+    })
+}
+
 /// Settings for `redis_rlock_manager_new_with_options`. A field left 0 takes its default; start
 /// from `redis_rlock_options_default()` to see the defaults.
 #[repr(C)]

@@ -8,8 +8,8 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::boundary::{guarded, redis_rlock_result, str_arg, write_out, Failure};
-use super::manager::{manager_arg, redis_rlock_manager};
+use super::boundary::{redis_rlock_result, str_arg, Failure};
+use super::manager::{redis_rlock_manager, with_named};
 use redis_rlock::PermitExpirableSemaphore;
 
 /// The size of a permit id buffer: 32 hex characters and the terminating NUL.
@@ -26,22 +26,16 @@ unsafe fn with_permits<T>(
     out: Option<(&str, *mut T)>,
     op: impl FnOnce(&PermitExpirableSemaphore) -> Result<T, Failure>,
 ) -> redis_rlock_result {
-    guarded(|| {
-        // SAFETY (both): the caller's contract.
-        let manager = unsafe { manager_arg(m)? };
-        let name = unsafe { str_arg("name", name)? };
-        if let Some((what, ptr)) = out {
-            if ptr.is_null() {
-                return Err(Failure::invalid(format!("{what} is NULL")));
-            }
-        }
-        let value = op(&manager.get_permit_expirable_semaphore(name))?;
-        match out {
-            // SAFETY: checked not NULL above, and writable by the caller's contract.
-            Some((what, ptr)) => unsafe { write_out(what, ptr, value) },
-            None => Ok(()),
-        }
-    })
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        with_named(
+            m,
+            name,
+            out,
+            |manager, name| manager.get_permit_expirable_semaphore(name),
+            op,
+        )
+    }
 }
 
 /// A lease in ms as the Rust API takes it: 0 is no lease.
