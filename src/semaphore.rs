@@ -307,17 +307,7 @@ impl Semaphore {
     pub fn release(&self, permits: u32) -> Result<()> {
         let engine = self.engine()?;
         check_permits(permits, false)?;
-        let store = engine.store();
-        let free: Option<i64> = store.invoke(
-            "semaphore release",
-            &self.name,
-            RELEASE
-                .key(&*self.name)
-                .key(self.channel())
-                .arg(permits)
-                .arg(store.publish_command())
-                .arg(Self::MAX_PERMITS),
-        )?;
+        let free = self.change_count(engine, "semaphore release", &RELEASE, i64::from(permits))?;
         match free {
             Some(_) => Ok(()),
             None => Err(Error::invalid(
@@ -412,6 +402,29 @@ impl Semaphore {
         deadline_after(wait)
     }
 
+    /// Runs `script`, a release or an addition of `permits` (its keys the count and the
+    /// channel; its arguments the permits, the publish command and the bound): the count after
+    /// it, or `None` when it would pass [`MAX_PERMITS`](Self::MAX_PERMITS) and changed nothing.
+    fn change_count(
+        &self,
+        engine: &Engine,
+        operation: &'static str,
+        script: &Script,
+        permits: i64,
+    ) -> Result<Option<i64>> {
+        let store = engine.store();
+        store.invoke(
+            operation,
+            &self.name,
+            script
+                .key(&*self.name)
+                .key(self.channel())
+                .arg(permits)
+                .arg(store.publish_command())
+                .arg(Self::MAX_PERMITS),
+        )
+    }
+
     fn channel(&self) -> String {
         semaphore_channel(&self.name)
     }
@@ -442,16 +455,11 @@ impl Semaphore {
                 "0 permits: add or remove at least 1",
             ));
         }
-        let store = engine.store();
-        let now: Option<i64> = store.invoke(
+        let now = self.change_count(
+            engine,
             "semaphore add_permits",
-            &self.name,
-            ADD_PERMITS
-                .key(&*self.name)
-                .key(self.channel())
-                .arg(permits)
-                .arg(store.publish_command())
-                .arg(Self::MAX_PERMITS),
+            &ADD_PERMITS,
+            i64::from(permits),
         )?;
         now.map(drop).ok_or_else(|| {
             Error::invalid(
