@@ -10,13 +10,7 @@ use redis_rlock::LockManager;
 use support::sentinel::RedisSentinel;
 
 fn manager(sentinel: &RedisSentinel) -> LockManager {
-    let urls = sentinel.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    LockManager::sentinel_builder(&urls, sentinel.master_name())
-        // Two thirds of it must outlast the failover (down-after 1 s plus the election).
-        .watchdog_timeout(Duration::from_secs(9))
-        .build()
-        .expect("a manager through the sentinels")
+    sentinel.manager()
 }
 
 /// Whether the server at `port` has `key`.

@@ -30,12 +30,7 @@ const AFTER: u64 = 5;
 const AFTER_LIMIT: Duration = Duration::from_secs(45);
 
 fn manager(sentinel: &RedisSentinel) -> LockManager {
-    let urls = sentinel.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    LockManager::sentinel_builder(&urls, sentinel.master_name())
-        .watchdog_timeout(Duration::from_secs(9))
-        .build()
-        .expect("a manager through the sentinels")
+    sentinel.manager()
 }
 
 /// What the threads saw: every token with the thread that got it, and acquisitions per

@@ -151,6 +151,17 @@ impl RedisSentinel {
             .collect()
     }
 
+    /// A manager through the sentinels, with a watchdog timeout two thirds of which outlast a
+    /// failover (down-after 1 s plus the election).
+    pub fn manager(&self) -> redis_rlock::LockManager {
+        let urls = self.sentinel_urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        redis_rlock::LockManager::sentinel_builder(&urls, self.master_name())
+            .watchdog_timeout(Duration::from_secs(9))
+            .build()
+            .expect("a manager through the sentinels")
+    }
+
     pub fn master_name(&self) -> &str {
         MASTER_NAME
     }
