@@ -194,6 +194,7 @@ fn main() -> ExitCode {
     }
     if wants("w3") {
         rows.extend(w3_handoff(&url, &scale));
+        rows.extend(w3_in_process(&url, &scale));
     }
     if wants("w7") {
         rows.extend(w7_fair_handoff(&url, &scale));
@@ -1583,6 +1584,80 @@ fn w3_handoff(url: &str, scale: &Scale) -> Vec<Row> {
             format!("{} / {}", waiter.stats().grants_taken, scale.w3_handoffs),
         ),
     ]
+}
+
+/// W3 in one process: a holder thread and a waiting thread of one manager (the waiter blocked
+/// in Redis, its subscription live, for [`W3_IDLE`]); time from the holder's `unlock()`
+/// returning to the waiter's `lock()` returning (zero when the waiter was already running).
+/// The floor is the same two threads handing over through a channel, sample by sample in the
+/// same loop: the release should cost the waiter a thread wake-up, not a round trip.
+fn w3_in_process(url: &str, scale: &Scale) -> Vec<Row> {
+    let manager = LockManager::new(url).expect("manager");
+    let mut conn = support::nodelay_conn(url);
+    let name = "loadgen:w3:local";
+    let channel = "redisson_lock__channel:{loadgen:w3:local}";
+    let mut samples = Vec::with_capacity(scale.w3_handoffs);
+    let mut floor_samples = Vec::with_capacity(scale.w3_handoffs);
+    let before = manager.stats();
+    for _ in 0..scale.w3_handoffs {
+        let guard = manager.lock(name).expect("holder lock");
+        let blocked = support::Waiter::spawn(&manager, name);
+        assert!(settle_w3(|| support::numsub(&mut conn, channel) == 1));
+        guard.unlock().expect("holder unlock");
+        samples.push(blocked.acquired_since(Instant::now()));
+        assert!(support::await_subscribers(&mut conn, channel, 0));
+        floor_samples.push(channel_handoff());
+    }
+    let handoffs = manager.stats().local_handoffs - before.local_handoffs;
+    let handoff = percentiles(&mut samples);
+    let floor = percentiles(&mut floor_samples);
+    let share = handoffs as f64 / scale.w3_handoffs as f64;
+    vec![
+        row(
+            "W3 in-process",
+            "unlock() returned → waiter's lock() returned p50",
+            micros(handoff.p50),
+        )
+        .against(
+            micros(floor.p50),
+            handoff.p50.as_secs_f64() / floor.p50.as_secs_f64(),
+            "≤ 2 × channel",
+        ),
+        row(
+            "W3 in-process",
+            "same p99, against the channel's p99",
+            micros(handoff.p99),
+        )
+        .against(
+            micros(floor.p99),
+            handoff.p99.as_secs_f64() / floor.p99.as_secs_f64(),
+            "",
+        ),
+        row(
+            "W3 in-process",
+            "rounds handed over in the release's script call",
+            format!("{handoffs} / {}", scale.w3_handoffs),
+        )
+        .against("", share, "≥ 0.90"),
+    ]
+}
+
+/// One handoff between two threads through a channel, the receiver blocked for [`W3_IDLE`]:
+/// from the send returning to the receive returning (zero when the receiver ran first).
+fn channel_handoff() -> Duration {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
+    let receiver = thread::spawn(move || {
+        ready_tx.send(()).unwrap();
+        rx.recv().unwrap();
+        Instant::now()
+    });
+    ready.recv().unwrap();
+    thread::sleep(W3_IDLE);
+    tx.send(()).unwrap();
+    let sent = Instant::now();
+    let received = receiver.join().expect("channel receiver");
+    received.saturating_duration_since(sent)
 }
 
 /// W7: the fair lock's handoff to a waiter already queued and subscribed, against the plain

@@ -534,7 +534,7 @@ impl Engine {
     fn contend(
         &self,
         kind: &'static dyn LockKind,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         request: &Request,
         attempted: bool,
         hold_back: Option<HoldBack>,
@@ -644,7 +644,7 @@ impl Engine {
     /// release message, a grant to this wait, or the holder's TTL.
     fn wait_in_redis(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         request: &Request,
         subscription: &Subscription,
         channel: &str,
@@ -718,7 +718,9 @@ impl Engine {
                 }
                 sleep = sleep.min(deadline - now);
             }
-            subscription.wait(sleep);
+            if self.sleep_parked(keys, request, subscription, sleep, attempter) {
+                return Ok(true);
+            }
             if let Some(err) = subscription.stopped() {
                 return Err(err);
             }
@@ -735,6 +737,36 @@ impl Engine {
                     return Ok(true);
                 }
             }
+        }
+    }
+
+    /// Sleeps on `subscription` for at most `sleep`, parked in the line (see `Line::park`):
+    /// `true` when a release by another thread of this manager acquired the lock in this
+    /// thread's name meanwhile.
+    fn sleep_parked(
+        &self,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+        subscription: &Subscription,
+        sleep: Duration,
+        attempter: &mut Attempter<'_>,
+    ) -> bool {
+        let thread = current_thread_number();
+        let parked = attempter.kind.uses_line().then(|| {
+            let nudge = subscription.nudger();
+            self.line
+                .park(keys, thread, request.lease_ms, request.fenced, nudge)
+        });
+        subscription.wait(sleep);
+        match parked.flatten().and_then(|parked| self.line.unpark(parked)) {
+            Some(Entry::Acquired { sent }) => {
+                attempter.sent = sent.unwrap_or_else(BootInstant::now);
+                attempter.token = None;
+                true
+            }
+            // Only the turn, or a handoff whose outcome is unknown: the next attempt finds
+            // out (as a fresh hold, it cannot count a second one).
+            Some(Entry::Turn { .. } | Entry::Unconfirmed { .. }) | None => false,
         }
     }
 

@@ -7,7 +7,10 @@
 //! that has the *turn* contends in Redis; the others queue here, first come first served, and
 //! send nothing. A releasing thread with a local successor releases and acquires in the
 //! successor's name in one script call, then wakes it holding the lock: a contended lock costs
-//! one acquire and one release per critical section. (Not while replica sync waits for a
+//! one acquire and one release per critical section. The successor is the first waiter here:
+//! the first queued thread, or, when the releasing thread took the lock before anyone here
+//! waited for it, the turn owner itself while it is *parked* (asleep between its attempts in
+//! Redis), so one holder and one waiter hand over without a round trip either. (Not while replica sync waits for a
 //! master's replicas: an acquire must then be acknowledged by one, so the successor gets the
 //! turn and acquires itself.)
 //!
@@ -37,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::cancel::Waker;
 use crate::clock::BootInstant;
 use crate::names::LockKeys;
 
@@ -81,6 +85,9 @@ struct Turn {
     yield_until: Option<HoldBack>,
     /// Threads waiting for the turn, first come first served.
     queue: VecDeque<Arc<Queued>>,
+    /// `owner` while it sleeps between attempts in Redis (see [`Line::park`]): a release by
+    /// another local thread may hand it the lock as it would a queued thread.
+    parked: Option<Arc<Queued>>,
 }
 
 /// One queued thread.
@@ -92,6 +99,9 @@ struct Queued {
     fenced: bool,
     state: Mutex<Handoff>,
     wake: Condvar,
+    /// What else wakes it when it is handed something: a parked turn owner sleeps on its
+    /// subscription, not on `wake`.
+    nudge: Option<Waker>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +159,12 @@ pub(crate) struct Ticket {
     trusted_until: Instant,
 }
 
+/// A turn owner asleep between its attempts in Redis (see [`Line::park`]).
+pub(crate) struct Parked {
+    keys: Arc<LockKeys>,
+    queued: Arc<Queued>,
+}
+
 /// What [`Line::wait`] decided.
 pub(crate) enum Wait {
     /// The caller has the turn.
@@ -173,7 +189,7 @@ pub(crate) enum Probed {
 
 impl Ticket {
     /// Wakes this ticket's thread to look at its stop condition (see [`Line::wait`]).
-    pub(crate) fn waker(&self) -> crate::cancel::Waker {
+    pub(crate) fn waker(&self) -> Waker {
         let queued = Arc::clone(&self.queued);
         Arc::new(move || {
             let _state = queued.state.lock();
@@ -281,6 +297,7 @@ impl Line {
             lease_end: None,
             yield_until: None,
             queue: VecDeque::new(),
+            parked: None,
         });
         match turn.owner {
             Some(owner) if owner != thread => {
@@ -290,6 +307,7 @@ impl Line {
                     fenced,
                     state: Mutex::new(Handoff::Waiting),
                     wake: Condvar::new(),
+                    nudge: None,
                 });
                 turn.queue.push_back(Arc::clone(&queued));
                 Join::Queued(Ticket {
@@ -409,6 +427,7 @@ impl Line {
             turn.queue.retain(|q| q.thread != thread);
             turn.owner = Some(thread);
             turn.lease_end = None;
+            turn.parked = None;
         }
     }
 
@@ -429,8 +448,10 @@ impl Line {
         }
     }
 
-    /// `thread` is about to release its `last` hold: when it has the turn and another local
-    /// thread is queued, that thread is taken off the line to be handed the lock or the turn.
+    /// `thread` is about to release its `last` hold: the first local thread that waits for
+    /// the lock is taken off the line to be handed the lock or the turn. That is the first
+    /// queued thread when `thread` has the turn, and otherwise the turn owner if it is
+    /// parked (asleep between its attempts in Redis; see [`park`](Self::park)).
     pub(crate) fn successor(
         &self,
         keys: &Arc<LockKeys>,
@@ -442,12 +463,16 @@ impl Line {
         }
         let mut turns = self.turns.lock();
         let turn = turns.get_mut(keys)?;
-        if turn.owner != Some(thread) {
-            return None;
-        }
-        let queued = turn.queue.pop_front()?;
-        turn.owner = Some(queued.thread);
-        turn.lease_end = None;
+        let queued = if turn.owner == Some(thread) {
+            let queued = turn.queue.pop_front()?;
+            turn.owner = Some(queued.thread);
+            turn.lease_end = None;
+            queued
+        } else {
+            // The releasing thread took the lock before anyone here waited for it: the first
+            // waiter is the turn owner, in Redis, if it is asleep between attempts.
+            turn.parked.take()?
+        };
         let mut state = queued.state.lock();
         let may_acquire = *state == Handoff::Waiting && !queued.fenced;
         // In flight even when probing: the thread then waits for the handoff whatever its probe
@@ -458,6 +483,60 @@ impl Line {
             queued: Some(queued),
             may_acquire,
         })
+    }
+
+    /// The turn owner `thread` is about to sleep between its attempts in Redis: until
+    /// [`unpark`](Self::unpark), a release by another local thread may take it as its
+    /// successor (see [`successor`](Self::successor)) and hand it the lock in the same script
+    /// call, waking it with `nudge`. `None` when `thread` does not have the turn.
+    pub(crate) fn park(
+        &self,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+        lease_ms: u64,
+        fenced: bool,
+        nudge: Waker,
+    ) -> Option<Parked> {
+        let mut turns = self.turns.lock();
+        let turn = turns.get_mut(keys)?;
+        if turn.owner != Some(thread) {
+            return None;
+        }
+        let queued = Arc::new(Queued {
+            thread,
+            lease_ms,
+            fenced,
+            state: Mutex::new(Handoff::Waiting),
+            wake: Condvar::new(),
+            nudge: Some(nudge),
+        });
+        turn.parked = Some(Arc::clone(&queued));
+        Some(Parked {
+            keys: Arc::clone(keys),
+            queued,
+        })
+    }
+
+    /// The parked thread woke up: `None` when nothing was handed to it (it attempts again
+    /// itself), or what a release handed it. A handoff under way is waited for (one round
+    /// trip), so that the thread never attempts while a release acquires in its name.
+    pub(crate) fn unpark(&self, parked: Parked) -> Option<Entry> {
+        {
+            let mut turns = self.turns.lock();
+            if *parked.queued.state.lock() == Handoff::Waiting {
+                if let Some(turn) = turns.get_mut(&parked.keys) {
+                    if turn
+                        .parked
+                        .as_ref()
+                        .is_some_and(|p| Arc::ptr_eq(p, &parked.queued))
+                    {
+                        turn.parked = None;
+                    }
+                }
+                return None;
+            }
+        }
+        Some(parked.queued.handed())
     }
 
     /// Wakes a successor with what the release did for it.
@@ -506,6 +585,7 @@ impl Line {
             lease_end: None,
             yield_until: None,
             queue: VecDeque::new(),
+            parked: None,
         });
         match turn.owner {
             // A thread queued after the release took no successor: it goes next, held back.
@@ -669,15 +749,7 @@ impl Line {
                 return None;
             }
         }
-        // In flight or granted: wait_until returns only once granted.
-        loop {
-            if let Some(entry) = ticket
-                .queued
-                .wait_until(Instant::now() + Duration::from_secs(60), &|| false)
-            {
-                return Some(entry);
-            }
-        }
+        Some(ticket.queued.handed())
     }
 }
 
@@ -705,9 +777,23 @@ impl Queued {
         }
     }
 
+    /// Waits for a handoff in flight (it ends within one round trip) or granted.
+    fn handed(&self) -> Entry {
+        loop {
+            if let Some(entry) =
+                self.wait_until(Instant::now() + Duration::from_secs(60), &|| false)
+            {
+                return entry;
+            }
+        }
+    }
+
     fn grant(&self, entry: Entry) {
         *self.state.lock() = Handoff::Granted(entry);
         self.wake.notify_one();
+        if let Some(nudge) = &self.nudge {
+            nudge();
+        }
     }
 }
 
@@ -988,5 +1074,73 @@ mod tests {
                  {outcome_acquired})"
             );
         }
+    }
+
+    fn nudge_counter() -> (Arc<AtomicU32>, Waker) {
+        let count = Arc::new(AtomicU32::new(0));
+        let waker: Waker = {
+            let count = Arc::clone(&count);
+            Arc::new(move || {
+                count.fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        (count, waker)
+    }
+
+    #[test]
+    fn a_release_by_a_thread_without_the_turn_hands_the_lock_to_the_parked_turn_owner() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        // Thread 1 took the lock uncontended (no entry); thread 2 waits for it in Redis.
+        assert_eq!(entered(line.join(&keys, 2, 1_000, false)), TURN);
+        let (nudges, nudge) = nudge_counter();
+        let parked = line
+            .park(&keys, 2, 1_000, false, nudge)
+            .expect("has the turn");
+        let successor = line.successor(&keys, 1, true).expect("the parked owner");
+        assert_eq!((successor.thread(), successor.may_acquire()), (2, true));
+        assert!(line.successor(&keys, 1, true).is_none(), "taken once");
+        let sent = BootInstant::now();
+        line.hand_over(successor, Handed::Lock(sent));
+        assert_eq!(nudges.load(Ordering::Relaxed), 1, "woken from its sleep");
+        assert_eq!(
+            line.unpark(parked),
+            Some(Entry::Acquired { sent: Some(sent) })
+        );
+        line.leave(&keys, 2);
+        assert!(!line.is_busy(&keys));
+    }
+
+    #[test]
+    fn an_unparked_owner_is_no_successor_and_a_fenced_one_only_gets_the_turn() {
+        let line = Line::new(Duration::from_secs(60));
+        let keys = keys();
+        entered(line.join(&keys, 2, 1_000, false));
+        let (_, nudge) = nudge_counter();
+        let parked = line
+            .park(&keys, 2, 1_000, false, nudge)
+            .expect("has the turn");
+        assert_eq!(
+            line.unpark(parked),
+            None,
+            "nothing handed: it attempts itself"
+        );
+        assert!(
+            line.successor(&keys, 1, true).is_none(),
+            "an owner that is attempting is not acquired for"
+        );
+        let (_, nudge) = nudge_counter();
+        assert!(
+            line.park(&keys, 3, 1_000, false, nudge).is_none(),
+            "no turn, no park"
+        );
+        let (_, nudge) = nudge_counter();
+        let parked = line
+            .park(&keys, 2, 1_000, true, nudge)
+            .expect("has the turn");
+        let successor = line.successor(&keys, 1, true).expect("the parked owner");
+        assert!(!successor.may_acquire(), "a fenced waiter acquires itself");
+        drop(successor); // a release that failed: the owner is woken with the turn
+        assert_eq!(line.unpark(parked), Some(TURN));
     }
 }

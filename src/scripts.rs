@@ -378,7 +378,8 @@ end"#,
 /// every other subscriber of the channel is such a waiter (no Redisson client, nobody else
 /// listens): the hold is written in its name, and its wait number published (docs/DESIGN.md,
 /// "Grants"). Otherwise the unlock message is published, and the lock is acquired for the next
-/// local owner unless anyone besides the client's own listener heard it.
+/// local owner unless anyone besides the client's own listener heard it; that owner's
+/// registration as a waiter, if it has one, goes.
 ///
 /// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
 /// hold (the key deleted): 4 when granted to a registered waiter, 3 when anyone besides the
@@ -455,6 +456,11 @@ else
         elseif ARGV[7] ~= '' then
             redis.call('hincrby', KEYS[1], ARGV[7], 1)
             redis.call('pexpire', KEYS[1], ARGV[8])
+            -- The next owner may be registered as a waiter (the thread that waited in Redis):
+            -- it waits no more, and must not be granted the lock again later.
+            if redis.call('hdel', KEYS[4], ARGV[7]) == 1 then
+                waiters_tidy(KEYS[4])
+            end
             result = 2
         end
     end

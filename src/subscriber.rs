@@ -18,6 +18,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
+use crate::cancel::Waker;
 use crate::fork::Origin;
 use crate::listener::{self, Request};
 use crate::names::ChannelKind;
@@ -426,6 +428,7 @@ impl Subscriber {
             expecting: Cell::new(None),
             stop: stop.clone(),
             _wakes: wakes,
+            nudged: Arc::new(AtomicBool::new(false)),
         };
         if first {
             self.shared
@@ -552,16 +555,22 @@ pub(crate) struct Subscription {
     /// What ends the wait early; its waker is registered while the subscription lives.
     stop: Stop,
     _wakes: Wakes,
+    /// Set by [`nudger`](Subscription::nudger)'s waker: ends the current or next wait.
+    nudged: Arc<AtomicBool>,
 }
 
 impl Subscription {
-    /// Sleeps until a release is announced, `timeout` passes, or the wait is stopped (a
-    /// cancel, a shutdown); `true` if woken by a release. A stopped waiter takes no permit:
-    /// it is left to the channel's other waiters.
+    /// Sleeps until a release is announced, `timeout` passes, the wait is stopped (a
+    /// cancel, a shutdown) or nudged; `true` if woken by a release. A stopped or nudged
+    /// waiter takes no permit: it is left to the channel's other waiters.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = self.waiters.state.lock();
+        let nudged = || self.nudged.swap(false, Ordering::AcqRel);
         while state.permits == 0 && !self.stop.is_stopped() {
+            if nudged() {
+                return false;
+            }
             if self
                 .waiters
                 .permit
@@ -577,6 +586,18 @@ impl Subscription {
         } else {
             false
         }
+    }
+
+    /// A waker that ends this subscription's current wait, or its next one if it is not
+    /// waiting now (a release that handed this waiter the lock: see `Line::park`).
+    pub(crate) fn nudger(&self) -> Waker {
+        let waiters = Arc::clone(&self.waiters);
+        let nudged = Arc::clone(&self.nudged);
+        Arc::new(move || {
+            let _state = waiters.state.lock();
+            nudged.store(true, Ordering::Release);
+            waiters.permit.notify_all();
+        })
     }
 }
 

@@ -284,3 +284,69 @@ fn a_queued_thread_leaves_the_line_at_its_deadline() -> Result<()> {
     assert!(guard.is_some());
     Ok(())
 }
+
+/// One thread holds the lock and one other thread of the same manager waits for it in Redis
+/// (the most common shape): the release acquires in the waiter's name in the same script call
+/// and wakes it, so the waiter sends nothing after the unlock. Rounds where the waiter is
+/// between its own looks when the release comes are the rule (its looks are 100 ms apart and
+/// more), so most rounds are handoffs; the bound leaves room for a loaded machine.
+#[test]
+fn a_release_hands_the_lock_to_the_one_thread_waiting_in_redis() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
+    let name = "turns:one-waiter";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let rounds = 20;
+    let before = manager.stats();
+    // Rounds where the waiter's lock() returned without a command of its own after the unlock.
+    let mut silent = 0;
+    for round in 0..rounds {
+        let guard = manager.lock(name)?;
+        let (acquired_tx, acquired) = mpsc::channel();
+        let (unlock, unlock_rx) = mpsc::channel::<()>();
+        let waiter = {
+            let manager = manager.clone();
+            thread::spawn(move || {
+                let guard = manager.lock(name).expect("the waiter's lock");
+                let commands_at_acquire = manager.stats().commands;
+                let held = guard.lock().is_held_by_current_thread().expect("inspect");
+                let count = guard.lock().hold_count().expect("inspect");
+                acquired_tx
+                    .send((commands_at_acquire, held, count))
+                    .unwrap();
+                unlock_rx.recv().unwrap();
+                guard.unlock().expect("the waiter's unlock");
+            })
+        };
+        assert!(support::await_subscribers(&mut conn, &channel, 1));
+        guard.unlock()?;
+        let commands_at_unlock = manager.stats().commands;
+        let (commands_at_acquire, held, count) = acquired
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter gets the lock");
+        assert!(held, "round {round}: the waiter holds the lock");
+        assert_eq!(count, 1, "round {round}: once");
+        // While it holds the lock, it is registered as a waiter no more.
+        let waiters: Vec<String> = conn.keys("redis_rlock__waiters*").expect("KEYS");
+        assert!(waiters.is_empty(), "round {round}: {waiters:?}");
+        unlock.send(()).unwrap();
+        waiter.join().expect("waiter");
+        assert!(support::await_subscribers(&mut conn, &channel, 0));
+        if commands_at_acquire == commands_at_unlock {
+            silent += 1;
+        }
+    }
+    let handoffs = manager.stats().local_handoffs - before.local_handoffs;
+    assert!(
+        handoffs >= rounds / 2,
+        "{handoffs} of {rounds} rounds were local handoffs"
+    );
+    assert!(
+        silent >= rounds / 2,
+        "in {silent} of {rounds} rounds the waiter sent nothing after the unlock"
+    );
+    assert!(!manager.get_lock(name).is_locked()?);
+    Ok(())
+}
