@@ -1,0 +1,147 @@
+//! One acquire's attempts in Redis: the facts they carry (the owner, the attempt id, the wait's
+//! registration for grants) and what they learned (when the hold's lease counts from, its
+//! token, how long Redis has not answered).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Engine;
+use crate::attempt_id::AttemptId;
+use crate::clock::BootInstant;
+use crate::error::Result;
+use crate::kind::{AttemptArgs, LockKind};
+use crate::names::LockKeys;
+use crate::options::Request;
+use crate::outage::Outage;
+use crate::owner::owner_field;
+use crate::store::{Attempt, Listeners, Waiting};
+
+/// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
+/// its token.
+pub(super) struct Attempter<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) kind: &'static dyn LockKind,
+    pub(super) keys: &'a Arc<LockKeys>,
+    pub(super) thread: u64,
+    pub(super) owner: String,
+    pub(super) request: &'a Request,
+    id: AttemptId,
+    pub(super) sent: BootInstant,
+    pub(super) token: Option<u64>,
+    /// Whether the owner holds nothing of the lock locally (see `AttemptArgs::fresh`).
+    fresh: bool,
+    /// This wait's number while it is registered for grants (see `super::grants`), and the
+    /// control channel that tells a release its manager still listens.
+    pub(super) waiting: Option<(u64, String)>,
+    /// How long this waiter has found Redis not answering, and may go on waiting so.
+    pub(super) outage: Outage,
+}
+
+impl<'a> Attempter<'a> {
+    pub(super) fn new(
+        engine: &'a Engine,
+        kind: &'static dyn LockKind,
+        keys: &'a Arc<LockKeys>,
+        request: &'a Request,
+        thread: u64,
+        fresh: bool,
+    ) -> Self {
+        Attempter {
+            engine,
+            kind,
+            keys,
+            thread,
+            owner: owner_field(engine.client_id(), thread),
+            request,
+            id: AttemptId::new(),
+            sent: BootInstant::now(),
+            token: None,
+            fresh,
+            waiting: None,
+            outage: Outage::of(engine),
+        }
+    }
+
+    fn args(&self) -> AttemptArgs<'_> {
+        AttemptArgs {
+            owner: &self.owner,
+            lease_ms: self.request.lease_ms,
+            fenced: self.request.fenced,
+            wait_ms: self.request.wait_ms,
+            attempt_id: self.id.current(),
+            fresh: self.fresh,
+            waiting: self.waiting.as_ref().map(|(number, control)| Waiting {
+                number: *number,
+                left_ms: self.request.deadline.map(|deadline| {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                }),
+                control: control.clone(),
+            }),
+        }
+    }
+
+    /// One attempt. One that no replica acknowledged is rolled back and fails.
+    pub(super) fn attempt(&mut self) -> Result<Attempt> {
+        if !self.id.start() {
+            // A repeated attempt's hold, if the first send took it, counts from that send.
+            self.sent = BootInstant::now();
+        }
+        let outcome = self
+            .kind
+            .attempt(self.engine.store(), self.keys, &self.args());
+        self.id.ended(&outcome);
+        let outcome = match outcome {
+            Err(err) if err.is_not_replicated() => {
+                self.roll_back();
+                return Err(err);
+            }
+            other => other?,
+        };
+        if let Attempt::Acquired { token } = outcome {
+            self.token = token;
+        }
+        Ok(outcome)
+    }
+
+    /// The hold came without an attempt of this thread's (a handoff, a grant), by a request
+    /// sent at `sent`: no token.
+    pub(super) fn given(&mut self, sent: BootInstant) {
+        self.sent = sent;
+        self.token = None;
+    }
+
+    /// Takes back what an attempt that no replica acknowledged may have taken: one hold of
+    /// this owner, if it got one. A release only ever removes the owner's own hold, so when
+    /// the attempt found the lock held by another, this changes nothing.
+    fn roll_back(&self) {
+        let name = &self.keys.name;
+        match self.kind.release(
+            self.engine.store(),
+            self.keys,
+            &self.owner,
+            self.request.lease_ms,
+            Listeners::default(),
+            None,
+        ) {
+            Ok(_) => {
+                log::warn!("lock {name:?}: no replica acknowledged the acquire; rolled it back")
+            }
+            Err(err) => log::warn!(
+                "lock {name:?}: no replica acknowledged the acquire, and rolling it back failed \
+                 ({err}); it expires with its lease"
+            ),
+        }
+    }
+
+    /// Tells the kind that this owner stopped waiting (a failure is only logged: the kind's
+    /// own timeouts clean up after a waiter that is gone).
+    pub(super) fn abandon(&self) {
+        if let Err(err) = self
+            .kind
+            .abandon(self.engine.store(), self.keys, &self.args())
+        {
+            log::warn!("lock {:?}: leaving the wait failed: {err}", self.keys.name);
+        }
+    }
+}

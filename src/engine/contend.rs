@@ -1,0 +1,272 @@
+//! The wait in Redis, for the thread with the turn (or every thread of a kind without the
+//! line): attempt; on failure subscribe to the lock's channel, attempt again (a release may
+//! have been announced before the subscription), then sleep until an unlock message, a
+//! handoff or grant to this wait, a back-off look, or the holder's TTL, and repeat. A kind
+//! whose releases are silent (a spin lock) only sleeps its back-off and looks again.
+//!
+//! A waiter rides out an outage (a restart, its data loading back, a failover) for the outage
+//! grace ([`crate::outage`]), woken when the listener is back; past that the outage is
+//! reported. Redis down for good is still an error.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::attempter::Attempter;
+use super::plan::{AcquirePlan, Listen};
+use super::{Engine, NO_TTL_POLL, OUTAGE_RETRY};
+use crate::backoff::{Backoff, SpinBackoff};
+use crate::clock::BootInstant;
+use crate::error::Result;
+use crate::line::{Entry, HoldBack};
+use crate::names::LockKeys;
+use crate::stop::Stop;
+use crate::store::Attempt;
+use crate::subscriber::Subscription;
+
+/// Where a contending thread starts.
+pub(super) enum Contention {
+    /// Attempt first: it waited in line, and the lock may be free by now.
+    Look,
+    /// It attempted just now: subscribe before attempting again.
+    AfterAttempt,
+    /// Others were told the lock is free: give them the first go (see [`HoldBack`]).
+    HoldBack(HoldBack),
+}
+
+/// What one look in the wait found.
+enum Looked {
+    Acquired,
+    /// Not yet: sleep by this TTL of the holder's (ms; `None`: the key has none).
+    Held(Option<u64>),
+}
+
+impl Engine {
+    /// Contends until acquired (`Ok(true)`), the deadline (`Ok(false)`) or the stop (its
+    /// error).
+    pub(super) fn contend(
+        &self,
+        plan: &AcquirePlan,
+        start: Contention,
+        stop: &Stop,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<bool> {
+        stop.check()?;
+        if matches!(start, Contention::Look) {
+            // Only a thread that waited in line gets here: it rides out an outage (the loop
+            // below looks again).
+            match attempter.attempt() {
+                Ok(attempt) if attempt.is_acquired() => return Ok(true),
+                Ok(_) => attempter.outage.over(),
+                Err(err) => attempter.outage.ride_out(&attempter.keys.name, err)?,
+            }
+        }
+        let deadline = attempter.request.deadline;
+        if passed(deadline) {
+            return attempter.outage.at_deadline();
+        }
+        if plan.listen == Listen::Spin {
+            return self.spin(stop, attempter);
+        }
+        let channel = attempter.kind.channel(attempter.keys, &attempter.owner);
+        let subscription = self.subscriber.subscribe(&channel, deadline, stop);
+        stop.check()?;
+        if passed(deadline) {
+            // Subscribing took the rest of the wait (a slow server): no attempt after it.
+            return Ok(false);
+        }
+        let yielding = match start {
+            Contention::HoldBack(hold_back) => {
+                Some(self.hold_back(hold_back, &channel, &subscription, deadline, stop))
+            }
+            Contention::Look | Contention::AfterAttempt => None,
+        };
+        if plan.registers_for_grants {
+            self.register_for_grants(&channel, &subscription, attempter);
+        }
+        // The stop is looked at after each sleep (the subscription's waker ends the sleep); a
+        // grant that raced with it is found when the registration ends, and given back by the
+        // caller.
+        let outcome = stop
+            .check()
+            .and_then(|()| self.wait_in_redis(&subscription, &channel, yielding, attempter));
+        self.end_registration(outcome, attempter)
+    }
+
+    /// Gives remote waiters, who were told the lock is free, the first go: until the window
+    /// ends, the deadline, the stop, or one of them has had the lock and let it go (an unlock
+    /// message beyond the one this manager's own release sent its still-subscribed listener).
+    /// Returns the message count the first look compares against.
+    fn hold_back(
+        &self,
+        hold_back: HoldBack,
+        channel: &str,
+        subscription: &Subscription,
+        deadline: Option<Instant>,
+        stop: &Stop,
+    ) -> u64 {
+        let until = deadline.map_or(hold_back.until, |d| d.min(hold_back.until));
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero()
+                || stop.is_stopped()
+                || self.subscriber.message_count(channel) > hold_back.messages_expected
+            {
+                return hold_back.messages_expected;
+            }
+            subscription.wait(left);
+        }
+    }
+
+    /// The loop of [`contend`](Self::contend) once subscribed: look, and sleep until a
+    /// release message, a handoff or a grant to this wait, or the holder's TTL.
+    fn wait_in_redis(
+        &self,
+        subscription: &Subscription,
+        channel: &str,
+        mut yielding: Option<u64>,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<bool> {
+        // A grant can only follow this wait's first registration: its lease counts from no
+        // earlier than this.
+        let registered_from = BootInstant::now();
+        // A release nobody announced (a spin lock's, a deleted key) is found by looking again.
+        let mut backoff = Backoff::new(attempter.thread);
+        // When the holder's lease, as last seen, ends.
+        let mut holder_until = None;
+        loop {
+            self.follow_listener(channel, attempter);
+            // The first pass closes the race with a release announced before we subscribed.
+            let holder_ttl =
+                match self.look(channel, &mut yielding, &mut holder_until, attempter)? {
+                    Looked::Acquired => return Ok(true),
+                    Looked::Held(ttl) => ttl,
+                };
+            let mut sleep = holder_ttl
+                .map_or(NO_TTL_POLL, Duration::from_millis)
+                .min(backoff.next(self.subscriber.channel_count()));
+            if let Some(deadline) = attempter.request.deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return attempter.outage.at_deadline();
+                }
+                sleep = sleep.min(deadline - now);
+            }
+            if self.sleep_parked(subscription, sleep, attempter) {
+                return Ok(true);
+            }
+            if let Some(err) = subscription.stopped() {
+                return Err(err);
+            }
+            if self.take_grant(subscription, registered_from, attempter) {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// One attempt of the wait. The first after a hold-back (`yielding`) tells the line how
+    /// the yield went; `holder_until` follows the holder's lease as last seen.
+    fn look(
+        &self,
+        channel: &str,
+        yielding: &mut Option<u64>,
+        holder_until: &mut Option<Instant>,
+        attempter: &mut Attempter<'_>,
+    ) -> Result<Looked> {
+        match attempter.attempt() {
+            Ok(Attempt::Acquired { .. }) => {
+                if let Some(expected) = yielding.take() {
+                    // Free after the window: nobody came, unless someone took it and let it
+                    // go meanwhile (their unlock message says so).
+                    let released_meanwhile = self.subscriber.message_count(channel) > expected;
+                    self.line.yield_outcome(!released_meanwhile);
+                }
+                Ok(Looked::Acquired)
+            }
+            Ok(Attempt::HeldByOther(ttl)) => {
+                if yielding.take().is_some() {
+                    self.line.yield_outcome(false);
+                }
+                attempter.outage.over();
+                *holder_until = ttl.map(|ms| Instant::now() + Duration::from_millis(ms));
+                Ok(Looked::Held(ttl))
+            }
+            // A look of the back-off, while the holder's lease still runs, that a server no
+            // longer answering (frozen) let time out: without the back-off nothing would have
+            // been asked before the lease's end, so it is not reported yet (a look whose reply
+            // was lost takes no second hold: the attempt id).
+            Err(err) if err.is_timeout() && holder_until.is_some_and(|u| Instant::now() < u) => {
+                log::debug!(
+                    "lock {:?}: a look timed out ({err}); looking again",
+                    attempter.keys.name
+                );
+                let left = holder_until.map(|u| u.saturating_duration_since(Instant::now()));
+                Ok(Looked::Held(left.map(|left| left.as_millis() as u64)))
+            }
+            Err(err) => {
+                attempter.outage.ride_out(&attempter.keys.name, err)?;
+                Ok(Looked::Held(Some(OUTAGE_RETRY.as_millis() as u64)))
+            }
+        }
+    }
+
+    /// Sleeps on `subscription` for at most `sleep`, parked in the line (see `Line::park`):
+    /// `true` when a release by another thread of this manager acquired the lock in this
+    /// thread's name meanwhile.
+    fn sleep_parked(
+        &self,
+        subscription: &Subscription,
+        sleep: Duration,
+        attempter: &mut Attempter<'_>,
+    ) -> bool {
+        let (keys, request): (&Arc<LockKeys>, _) = (attempter.keys, attempter.request);
+        let parked = attempter.kind.uses_line().then(|| {
+            let nudge = subscription.nudger();
+            self.line.park(
+                keys,
+                attempter.thread,
+                request.lease_ms,
+                request.fenced,
+                nudge,
+            )
+        });
+        subscription.wait(sleep);
+        match parked.flatten().and_then(|parked| self.line.unpark(parked)) {
+            Some(Entry::Acquired { sent }) => {
+                attempter.given(sent.unwrap_or_else(BootInstant::now));
+                true
+            }
+            // Only the turn, or a handoff whose outcome is unknown: the next attempt finds
+            // out (as a fresh hold, it cannot count a second one).
+            Some(Entry::Turn { .. } | Entry::Unconfirmed { .. }) | None => false,
+        }
+    }
+
+    /// The wait of a kind whose releases are silent (a spin lock): no subscription, no
+    /// message; sleep Redisson's spin back-off (at most the wait left), attempt, and repeat
+    /// (the caller made the first attempt). An outage is ridden out as in
+    /// [`wait_in_redis`](Self::wait_in_redis); the stop ends a sleep at once.
+    fn spin(&self, stop: &Stop, attempter: &mut Attempter<'_>) -> Result<bool> {
+        let mut backoff = SpinBackoff::new(attempter.thread);
+        loop {
+            let mut sleep = backoff.next();
+            if let Some(deadline) = attempter.request.deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return attempter.outage.at_deadline();
+                }
+                sleep = sleep.min(deadline - now);
+            }
+            stop.sleep(sleep)?;
+            match attempter.attempt() {
+                Ok(Attempt::Acquired { .. }) => return Ok(true),
+                Ok(Attempt::HeldByOther(_)) => attempter.outage.over(),
+                // Looked at again after the next back-off (at most 128 ms).
+                Err(err) => attempter.outage.ride_out(&attempter.keys.name, err)?,
+            }
+        }
+    }
+}
+
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}

@@ -1,0 +1,320 @@
+//! The acquire engine: the one loop every lock kind runs to acquire and release, and the
+//! machinery a manager shares among its locks (connections, the hold registry, the line, the
+//! pub/sub listener, the watchdog).
+//!
+//! Acquiring is: an attempt in Redis (one script call); when the lock is held, a place in the
+//! local line ([`crate::line`]); with the turn, a subscription to the lock's channel and a
+//! sleep until an unlock message or the holder's TTL, then another attempt; once acquired, a
+//! hold in the registry ([`crate::holds`]) that the watchdog renews. Releasing is one script
+//! call that also hands the lock to the next local thread, or leaves it free when others were
+//! told (docs/design/engine.md describes the whole protocol).
+//!
+//! What one acquire and one release do is decided in one place, [`plan`]; the steps are:
+//! [`acquire`] (the paths through the line), [`contend`] (the wait in Redis), [`grants`],
+//! and [`release`]. A lock kind is what [`LockKind`] says: how one attempt and one release
+//! are done and where releases are announced. Everything else is shared.
+
+mod acquire;
+mod attempter;
+mod contend;
+mod grants;
+mod plan;
+mod release;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cancel::CancelToken;
+use crate::config::Config;
+use crate::endpoints::Endpoints;
+use crate::error::{Error, Result};
+use crate::fork::Origin;
+use crate::holds::{HoldKey, HoldStatus, Holds};
+use crate::kind::LockKind;
+use crate::line::Line;
+use crate::names::LockKeys;
+use crate::options::Request;
+use crate::owner::{current_thread_number, owner_field};
+use crate::stats::Stats;
+use crate::stop::Stop;
+use crate::store::LockStore;
+use crate::subscriber::Subscriber;
+use crate::watchdog::Watchdog;
+use attempter::Attempter;
+use plan::Deployment;
+
+/// How long to sleep between attempts when the holder's key has no TTL at all (a foreign
+/// writer made it; no client of this protocol does) and no unlock message comes.
+const NO_TTL_POLL: Duration = Duration::from_millis(100);
+
+/// How often a waiter looks again while Redis does not answer (it is also woken as soon as
+/// the pub/sub listener has reconnected).
+const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+
+/// One hold, as its guard keeps it.
+pub(crate) struct Held {
+    /// What kind of lock it is a hold on.
+    pub(crate) kind: &'static dyn LockKind,
+    /// The owner's thread number.
+    pub(crate) thread: u64,
+    pub(crate) lease_ms: u64,
+    /// Whether the watchdog renews it (no fixed lease).
+    pub(crate) renewed: bool,
+    /// The fencing token of a fenced acquisition.
+    pub(crate) token: Option<u64>,
+    pub(crate) status: Arc<HoldStatus>,
+}
+
+/// Everything a manager owns (see [`crate::LockManager`]).
+pub(crate) struct Engine {
+    // Field order is drop order: stop the threads before the store they use goes away.
+    subscriber: Subscriber,
+    /// Held only to be dropped: its Drop stops and joins the renewal thread.
+    _watchdog: Watchdog,
+    holds: Arc<Holds>,
+    /// Shared with the registry, which passes a lost hold's turn on.
+    line: Arc<Line>,
+    store: Arc<LockStore>,
+    client_id: String,
+    config: Config,
+    /// The process that made the engine: its connections, client id and thread numbers are
+    /// that process's, so a forked child must not use them.
+    origin: Origin,
+    /// Cancelled by [`crate::LockManager::shutdown`]: every wait of this manager watches it.
+    shutdown: CancelToken,
+}
+
+impl Engine {
+    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
+        let client_id = uuid::Uuid::new_v4().to_string();
+        let store = Arc::new(LockStore::connect(endpoints, &config)?);
+        // Without channel rights every unlock would go unheard: refuse now, not at the first
+        // release (docs/DESIGN.md).
+        crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
+        let timeout = Duration::from_millis(config.watchdog_timeout_ms);
+        let line = Arc::new(Line::new(config.renewal_period()));
+        let on_lost = {
+            let line = Arc::clone(&line);
+            Box::new(move |hold: &HoldKey| {
+                if hold.kind.uses_line() {
+                    line.leave(&hold.keys, hold.thread);
+                }
+            })
+        };
+        let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters), on_lost));
+        let thread_error = |source| Error::ThreadSpawn { source };
+        let watchdog = Watchdog::start(
+            Arc::clone(&holds),
+            Arc::clone(&store),
+            client_id.clone(),
+            config.watchdog_timeout_ms,
+        )
+        .map_err(thread_error)?;
+        let subscriber = Subscriber::start(Arc::clone(&store), &client_id, config.response_timeout)
+            .map_err(thread_error)?;
+        Ok(Engine {
+            subscriber,
+            _watchdog: watchdog,
+            holds,
+            line,
+            store,
+            client_id,
+            config,
+            origin: Origin::current(),
+            shutdown: CancelToken::new(),
+        })
+    }
+
+    /// Ends every wait of this manager, now and later (see [`crate::LockManager::shutdown`]).
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.cancel();
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn shutdown_token(&self) -> &CancelToken {
+        &self.shutdown
+    }
+
+    /// What ends a call on `name` of this manager: its shutdown, and the caller's `token`.
+    pub(crate) fn stop(&self, name: &str, token: Option<&CancelToken>) -> Stop {
+        Stop::new(name, &self.shutdown, token)
+    }
+
+    /// Registers the calling thread as a waiter on `channel`, for kinds that wait without a
+    /// hold (a semaphore's permits, a latch's count); see [`Subscriber::subscribe`]. How the
+    /// channel's messages wake waiters follows from its name (`crate::names::ChannelKind`).
+    pub(crate) fn subscribe(
+        &self,
+        channel: &str,
+        deadline: Option<Instant>,
+        stop: &Stop,
+    ) -> crate::subscriber::Subscription {
+        self.subscriber.subscribe(channel, deadline, stop)
+    }
+
+    /// Refuses to run in a child made by `fork()` (see [`Origin`]).
+    pub(crate) fn check_process(&self) -> Result<()> {
+        self.origin.check()
+    }
+
+    /// Whether this is a child made by `fork()`: a guard dropped there releases nothing.
+    pub(crate) fn is_forked(&self) -> bool {
+        self.origin.is_forked()
+    }
+
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn store(&self) -> &LockStore {
+        &self.store
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.store.counters.snapshot()
+    }
+
+    pub(crate) fn renewing_count(&self) -> usize {
+        self.holds.renewing_count()
+    }
+
+    pub(crate) fn queued_thread_count(&self) -> usize {
+        self.line.queued_count()
+    }
+
+    pub(crate) fn waiting_channel_count(&self) -> usize {
+        self.subscriber.channel_count()
+    }
+
+    pub(crate) fn listener_count(&self) -> usize {
+        self.subscriber.listener_count()
+    }
+
+    /// The owner field of the calling thread.
+    pub(crate) fn current_owner(&self) -> String {
+        owner_field(&self.client_id, current_thread_number())
+    }
+
+    /// How many holds of `kind` the calling thread has on `keys` through this manager.
+    pub(crate) fn own_hold_count(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> u32 {
+        self.holds.count(kind, keys, current_thread_number())
+    }
+
+    /// A force unlock through this manager: every local hold of the lock is lost, and
+    /// whoever had the local turn passes it on.
+    pub(crate) fn forget_holds(&self, keys: &Arc<LockKeys>) {
+        self.holds.forget(&keys.name);
+        self.line.reset(keys);
+    }
+
+    /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
+    ///
+    /// A call stopped (its token cancelled, the manager shut down) before it returns fails
+    /// with that, and gives back a hold it got meanwhile (a handoff or a grant that raced
+    /// with the stop): a stopped call never leaves a hold, and passes the lock on.
+    pub(crate) fn acquire(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+    ) -> Result<Option<Held>> {
+        // Before anything else: a forked child must not even take the parent's local locks.
+        self.check_process()?;
+        let stop = self.stop(&keys.name, request.cancel.as_ref());
+        stop.check()?; // stopped already: nothing is sent
+        let held = self.acquire_useful(kind, keys, request, &stop)?;
+        if let Err(err) = stop.check() {
+            if let Some(held) = held {
+                if let Err(release) = self.release(keys, &held) {
+                    log::warn!(
+                        "lock {:?}: giving back a hold taken as the wait was stopped failed: \
+                         {release}",
+                        keys.name
+                    );
+                }
+            }
+            return Err(err);
+        }
+        Ok(held)
+    }
+
+    /// [`acquire`](Self::acquire) without the stop's last look.
+    fn acquire_useful(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        request: &Request,
+        stop: &Stop,
+    ) -> Result<Option<Held>> {
+        loop {
+            match self.acquire_once(kind, keys, request, stop)? {
+                // A reply that came back too late to leave a useful lease is not a lock: the
+                // server may count the lease from earlier than this side can prove. Release
+                // it and try again while the wait allows.
+                Some(held) if !has_useful_lease(&held) => {
+                    log::warn!(
+                        "lock {:?}: the acquire's reply came too late to leave a useful lease; \
+                         releasing it",
+                        keys.name
+                    );
+                    if let Err(err) = self.release(keys, &held) {
+                        log::warn!("lock {:?}: releasing it failed: {err}", keys.name);
+                    }
+                    if request.expired() || stop.is_stopped() {
+                        return Ok(None);
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// What this deployment does for acquires of `name` (see [`plan::Deployment`]).
+    fn deployment(&self, name: &str) -> Deployment {
+        Deployment {
+            grants_possible: self.store.grants_possible(),
+            waits_for_replicas: self.store.waits_for_replicas(name),
+        }
+    }
+
+    /// Registers the hold `attempter` got (`waited`: how long it waited, if it did).
+    fn granted(&self, attempter: &Attempter<'_>, waited: Option<Duration>) -> Held {
+        let (keys, thread, request) = (attempter.keys, attempter.thread, attempter.request);
+        self.store.counters.acquired(waited);
+        self.line.acquired(keys, thread, request.fixed);
+        let renewed = request.fixed.is_none();
+        let lease = Duration::from_millis(request.lease_ms);
+        let status = self.holds.register(
+            attempter.kind,
+            keys,
+            thread,
+            (renewed, request.max_hold),
+            attempter.sent,
+            lease,
+        );
+        Held {
+            kind: attempter.kind,
+            thread,
+            lease_ms: request.lease_ms,
+            renewed,
+            token: attempter.token,
+            status,
+        }
+    }
+}
+
+/// Whether a new hold has at least a tenth of its lease left, as confirmed (counted from when
+/// its request was sent).
+fn has_useful_lease(held: &Held) -> bool {
+    let lease = Duration::from_millis(held.lease_ms);
+    held.status
+        .remaining()
+        .is_some_and(|left| left >= lease / 10)
+}
