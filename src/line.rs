@@ -25,11 +25,11 @@
 //!
 //! An entry exists only while a lock is contended locally or a yield is in force: a thread
 //! that finds the lock free takes it without one, so holding many uncontended locks costs
-//! nothing here. The line never grants a lock (Redis does); every delay it imposes is bounded,
-//! so a turn holder that never comes back (a leaked guard, a lease that ran out, a hold the
-//! watchdog lost, a force unlock from elsewhere) cannot stall the queue: the first queued thread
-//! asks Redis itself once its patience runs out (the holder's fixed lease, or one renewal
-//! period), and takes the turn if Redis gives it the lock.
+//! nothing here. The line never takes a lock itself (Redis decides); every delay it imposes
+//! is bounded, so a turn holder that never comes back (a leaked guard, a lease that ran out, a
+//! hold the watchdog lost, a force unlock from elsewhere) cannot stall the queue: the first
+//! queued thread asks Redis itself once its patience runs out (the holder's fixed lease, or
+//! one renewal period), and takes the turn if Redis gives it the lock.
 //!
 //! The line decides; the engine ([`crate::engine`]) does the I/O and reports back.
 
@@ -114,7 +114,7 @@ enum Handoff {
     /// thread's name).
     InFlight,
     /// Handed the turn: see [`Entry`].
-    Granted(Entry),
+    Handed(Entry),
 }
 
 /// A yield to remote waiters, as the thread that holds back sees it.
@@ -244,7 +244,7 @@ impl Successor {
 impl Drop for Successor {
     fn drop(&mut self) {
         if let Some(queued) = self.queued.take() {
-            queued.grant(Entry::Turn {
+            queued.hand_turn(Entry::Turn {
                 hold_back_until: None,
             });
         }
@@ -402,7 +402,7 @@ impl Line {
                         *state = Handoff::Waiting;
                     }
                     match *state {
-                        Handoff::Granted(entry) => Some(entry),
+                        Handoff::Handed(entry) => Some(entry),
                         _ => None,
                     }
                 };
@@ -555,7 +555,7 @@ impl Line {
             },
             Handed::Unknown(sent) => Entry::Unconfirmed { sent },
         };
-        queued.grant(entry);
+        queued.hand_turn(entry);
         drop(successor);
     }
 
@@ -593,7 +593,7 @@ impl Line {
                 Some(next) => {
                     turn.owner = Some(next.thread);
                     turn.lease_end = None;
-                    next.grant(Entry::Turn {
+                    next.hand_turn(Entry::Turn {
                         hold_back_until: Some(until),
                     });
                 }
@@ -668,7 +668,7 @@ impl Line {
             Some(next) => {
                 turn.owner = Some(next.thread);
                 turn.lease_end = None;
-                next.grant(Entry::Turn {
+                next.hand_turn(Entry::Turn {
                     hold_back_until: turn.yield_until.take().filter(|y| y.until > Instant::now()),
                 });
             }
@@ -760,7 +760,7 @@ impl Queued {
         let mut state = self.state.lock();
         loop {
             match *state {
-                Handoff::Granted(entry) => return Some(entry),
+                Handoff::Handed(entry) => return Some(entry),
                 // A handoff in flight ends within one round trip: wait for it whatever `until`.
                 Handoff::InFlight => {
                     self.wake.wait(&mut state);
@@ -777,7 +777,7 @@ impl Queued {
         }
     }
 
-    /// Waits for a handoff in flight (it ends within one round trip) or granted.
+    /// Waits for a handoff in flight (it ends within one round trip) or done.
     fn handed(&self) -> Entry {
         loop {
             if let Some(entry) =
@@ -788,8 +788,8 @@ impl Queued {
         }
     }
 
-    fn grant(&self, entry: Entry) {
-        *self.state.lock() = Handoff::Granted(entry);
+    fn hand_turn(&self, entry: Entry) {
+        *self.state.lock() = Handoff::Handed(entry);
         self.wake.notify_one();
         if let Some(nudge) = &self.nudge {
             nudge();

@@ -61,7 +61,7 @@ impl Engine {
         }?;
         Ok(got.map(|got| {
             let waited = matches!(got, Got::AfterWaiting).then(|| started.elapsed());
-            self.granted(&attempter, waited)
+            self.register_hold(&attempter, waited)
         }))
     }
 

@@ -285,7 +285,7 @@ impl Engine {
     }
 
     /// Registers the hold `attempter` got (`waited`: how long it waited, if it did).
-    fn granted(&self, attempter: &Attempter<'_>, waited: Option<Duration>) -> Held {
+    fn register_hold(&self, attempter: &Attempter<'_>, waited: Option<Duration>) -> Held {
         let (keys, thread, request) = (attempter.keys, attempter.thread, attempter.request);
         self.store.counters.acquired(waited);
         self.line.acquired(keys, thread, request.fixed);
