@@ -18,10 +18,10 @@
 //! script publishes the unlock message and counts who heard it: when anyone besides this
 //! manager's own listener did (another process, a Redisson client), it leaves the lock free
 //! for them instead of handing it to the local successor, and the line *yields*: whoever here
-//! takes the turn next holds back for a short window before attempting, so that the woken
+//! takes the turn next waits out a short *yield window* before attempting, so that the woken
 //! remote waiter, which needs a pub/sub hop more, can win. The window adapts: it grows when a
-//! held-back thread still found the lock free (the remote side was slower, or nobody came) and
-//! shrinks when the remote side won.
+//! thread that waited it out still found the lock free (the remote side was slower, or nobody
+//! came) and shrinks when the remote side won.
 //!
 //! An entry exists only while a lock is contended locally or a yield is in force: a thread
 //! that finds the lock free takes it without one, so holding many uncontended locks costs
@@ -51,7 +51,7 @@ const YIELD_MIN: Duration = Duration::from_micros(500);
 const YIELD_FIRST: Duration = Duration::from_millis(2);
 const YIELD_MAX: Duration = Duration::from_millis(50);
 
-/// Held-back threads in a row that find the lock free at the longest window before yields
+/// Yields in a row whose waiting thread finds the lock free at the longest window before yields
 /// are suspended, and for how long.
 const PHANTOM_STREAK: u32 = 8;
 const YIELD_SUSPENSION: Duration = Duration::from_secs(1);
@@ -67,7 +67,7 @@ pub(crate) struct Line {
     patience: Duration,
     /// The current yield window, in µs (see the module docs).
     yield_window_us: AtomicU64,
-    /// Held-back threads in a row that found the lock free at the longest window.
+    /// Yields in a row whose waiting thread found the lock free at the longest window.
     free_streak: AtomicU32,
     /// Until when releases hand over locally although others heard (see
     /// [`yields_suspended`](Line::yields_suspended)).
@@ -81,8 +81,8 @@ struct Turn {
     owner: Option<u64>,
     /// When `owner`'s fixed lease runs out; `None` while acquiring or when renewed.
     lease_end: Option<Instant>,
-    /// Until when the next thread to take the turn holds back (a yield to remote waiters).
-    yield_until: Option<HoldBack>,
+    /// The yield to remote waiters the next thread to take the turn waits out.
+    yielding: Option<Yield>,
     /// Threads waiting for the turn, first come first served.
     queue: VecDeque<Arc<Queued>>,
     /// `owner` while it sleeps between attempts in Redis (see [`Line::park`]): a release by
@@ -117,9 +117,9 @@ enum Handoff {
     Handed(Entry),
 }
 
-/// A yield to remote waiters, as the thread that holds back sees it.
+/// A yield to remote waiters, as the local thread that waits it out sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HoldBack {
+pub(crate) struct Yield {
     /// Not before then.
     pub(crate) until: Instant,
     /// How many unlock messages this manager's listener will have heard on the lock's
@@ -131,8 +131,8 @@ pub(crate) struct HoldBack {
 /// How a thread comes to have the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {
-    /// It may contend in Redis, but not before `hold_back_until` (a yield to remote waiters).
-    Turn { hold_back_until: Option<HoldBack> },
+    /// It may contend in Redis, but not before `yielding` (a yield to remote waiters).
+    Turn { yielding: Option<Yield> },
     /// The lock was acquired in its name: by the releasing thread's handoff (`sent` says when
     /// that request went out, and its lease counts from then) or by its own probe after its
     /// patience ran out (`sent: None`). It holds the lock and the turn.
@@ -213,7 +213,7 @@ pub(crate) struct Successor {
 pub(crate) enum Handed {
     /// The lock was acquired in the successor's name by a request sent then.
     Lock(BootInstant),
-    /// The lock was left free for remote waiters: yield (see [`HoldBack`] for the count).
+    /// The lock was left free for remote waiters: yield (see [`Yield`] for the count).
     Yield { messages_expected: u64 },
     /// Only the turn (the successor attempts at once).
     Turn,
@@ -244,9 +244,7 @@ impl Successor {
 impl Drop for Successor {
     fn drop(&mut self) {
         if let Some(queued) = self.queued.take() {
-            queued.hand_turn(Entry::Turn {
-                hold_back_until: None,
-            });
+            queued.hand_turn(Entry::Turn { yielding: None });
         }
     }
 }
@@ -295,7 +293,7 @@ impl Line {
         let turn = turns.entry(Arc::clone(keys)).or_insert_with(|| Turn {
             owner: None,
             lease_end: None,
-            yield_until: None,
+            yielding: None,
             queue: VecDeque::new(),
             parked: None,
         });
@@ -319,7 +317,7 @@ impl Line {
             _ => {
                 turn.owner = Some(thread);
                 Join::Entered(Entry::Turn {
-                    hold_back_until: turn.yield_until.take().filter(|y| y.until > Instant::now()),
+                    yielding: turn.yielding.take().filter(|y| y.until > Instant::now()),
                 })
             }
         }
@@ -545,14 +543,12 @@ impl Line {
         let entry = match handed {
             Handed::Lock(sent) => Entry::Acquired { sent: Some(sent) },
             Handed::Yield { messages_expected } => Entry::Turn {
-                hold_back_until: Some(HoldBack {
+                yielding: Some(Yield {
                     until: self.yield_deadline(),
                     messages_expected,
                 }),
             },
-            Handed::Turn => Entry::Turn {
-                hold_back_until: None,
-            },
+            Handed::Turn => Entry::Turn { yielding: None },
             Handed::Unknown(sent) => Entry::Unconfirmed { sent },
         };
         queued.hand_turn(entry);
@@ -560,14 +556,14 @@ impl Line {
     }
 
     /// `thread` released its last hold without a local successor, and others were told: the
-    /// next local thread to take the turn (the releasing one included) holds back.
+    /// next local thread to take the turn (the releasing one included) waits out the yield.
     pub(crate) fn yield_to_others(
         &self,
         keys: &Arc<LockKeys>,
         thread: u64,
         messages_expected: u64,
     ) {
-        let until = HoldBack {
+        let until = Yield {
             until: self.yield_deadline(),
             messages_expected,
         };
@@ -577,38 +573,38 @@ impl Line {
             turns.retain(|_, turn| {
                 turn.owner.is_some()
                     || !turn.queue.is_empty()
-                    || turn.yield_until.is_some_and(|y| y.until > now)
+                    || turn.yielding.is_some_and(|y| y.until > now)
             });
         }
         let turn = turns.entry(Arc::clone(keys)).or_insert_with(|| Turn {
             owner: None,
             lease_end: None,
-            yield_until: None,
+            yielding: None,
             queue: VecDeque::new(),
             parked: None,
         });
         match turn.owner {
-            // A thread queued after the release took no successor: it goes next, held back.
+            // A thread queued after the release took no successor: it goes next, after the yield.
             Some(owner) if owner == thread => match turn.queue.pop_front() {
                 Some(next) => {
                     turn.owner = Some(next.thread);
                     turn.lease_end = None;
                     next.hand_turn(Entry::Turn {
-                        hold_back_until: Some(until),
+                        yielding: Some(until),
                     });
                 }
                 None => {
                     turn.owner = None;
                     turn.lease_end = None;
-                    turn.yield_until = Some(until);
+                    turn.yielding = Some(until);
                 }
             },
-            None => turn.yield_until = Some(until),
+            None => turn.yielding = Some(until),
             Some(_) => {} // another local thread has the turn (taken over meanwhile)
         }
     }
 
-    /// A thread that held back found the lock free after all (`true`: the remote side was
+    /// A thread that waited out a yield found the lock free after all (`true`: the remote side was
     /// slower than the window, or nobody came), or held by someone else (`false`: it won).
     pub(crate) fn yield_outcome(&self, found_free: bool) {
         let window = self.yield_window_us.load(Ordering::Relaxed);
@@ -669,10 +665,10 @@ impl Line {
                 turn.owner = Some(next.thread);
                 turn.lease_end = None;
                 next.hand_turn(Entry::Turn {
-                    hold_back_until: turn.yield_until.take().filter(|y| y.until > Instant::now()),
+                    yielding: turn.yielding.take().filter(|y| y.until > Instant::now()),
                 });
             }
-            None if turn.yield_until.is_some_and(|y| y.until > Instant::now()) => {
+            None if turn.yielding.is_some_and(|y| y.until > Instant::now()) => {
                 turn.owner = None;
                 turn.lease_end = None;
             }
@@ -819,9 +815,7 @@ mod tests {
         }
     }
 
-    const TURN: Entry = Entry::Turn {
-        hold_back_until: None,
-    };
+    const TURN: Entry = Entry::Turn { yielding: None };
 
     #[test]
     fn a_handoff_during_a_probe_hands_the_turn_but_never_acquires_twice() {
@@ -911,13 +905,13 @@ mod tests {
         line.yield_to_others(&keys, 1, 0);
         assert!(line.is_busy(&keys), "the yield is recorded");
         let Entry::Turn {
-            hold_back_until: Some(hold_back),
+            yielding: Some(yielded),
         } = entered(line.join(&keys, 1, 1_000, false))
         else {
-            panic!("no hold-back");
+            panic!("no yield");
         };
-        assert!(hold_back.until > Instant::now());
-        // Handed over with a yield: the successor holds back too.
+        assert!(yielded.until > Instant::now());
+        // Handed over with a yield: the successor waits it out too.
         let mut ticket = queued(line.join(&keys, 2, 1_000, false));
         let successor = line.successor(&keys, 1, true).expect("thread 2 is next");
         line.hand_over(
@@ -928,9 +922,7 @@ mod tests {
         );
         assert!(matches!(
             line.wait(&mut ticket, None, &|| false),
-            Wait::Entered(Entry::Turn {
-                hold_back_until: Some(_)
-            })
+            Wait::Entered(Entry::Turn { yielding: Some(_) })
         ));
     }
 
@@ -950,9 +942,7 @@ mod tests {
                 Some(Instant::now() + Duration::from_secs(5)),
                 &|| false
             ),
-            Wait::Entered(Entry::Turn {
-                hold_back_until: Some(_)
-            })
+            Wait::Entered(Entry::Turn { yielding: Some(_) })
         ));
     }
 

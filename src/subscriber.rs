@@ -157,10 +157,10 @@ pub(crate) struct Shared {
     /// either side of a subscription the server may already, or still, lack it, and the
     /// release then hands over locally where it could have yielded, which passes a remote
     /// waiter over once. The other mistake, a yield that nobody takes, would leave the lock
-    /// idle and widen the hold-back window for nothing.
+    /// idle and widen the yield window for nothing.
     subscribed: Mutex<HashMap<String, u32>>,
     /// How many messages the listeners have heard on each subscribed channel (waiters or
-    /// not), so that a thread holding back for remote waiters can tell whether one of them
+    /// not), so that a thread waiting out a yield to remote waiters can tell whether one of them
     /// released the lock meanwhile.
     message_counts: Mutex<HashMap<String, u64>>,
     /// The listeners, by the address of the master each listens to.

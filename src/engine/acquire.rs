@@ -11,7 +11,7 @@ use super::plan::{AcquireFacts, AcquirePlan, Path};
 use super::{Engine, Held, NO_TTL_POLL, OUTAGE_RETRY};
 use crate::error::Result;
 use crate::kind::LockKind;
-use crate::line::{Entry, HoldBack, Join, Probed, Ticket, Wait};
+use crate::line::{Entry, Join, Probed, Ticket, Wait, Yield};
 use crate::names::LockKeys;
 use crate::options::Request;
 use crate::owner::current_thread_number;
@@ -29,8 +29,8 @@ enum Got {
 enum Entered {
     /// It holds the lock: a release acquired in its name.
     Holding,
-    /// It contends in Redis, holding back for remote waiters until then if `Some`.
-    Contend(Option<HoldBack>),
+    /// It contends in Redis, after waiting out a yield to remote waiters if `Some`.
+    Contend(Option<Yield>),
 }
 
 impl Engine {
@@ -126,7 +126,7 @@ impl Engine {
         };
         let start = match self.enter(entry, attempter)? {
             Entered::Holding => return Ok(Some(Got::AfterWaiting)),
-            Entered::Contend(Some(hold_back)) => Contention::HoldBack(hold_back),
+            Entered::Contend(Some(yielded)) => Contention::Yield(yielded),
             Entered::Contend(None) if attempted => Contention::AfterAttempt,
             Entered::Contend(None) => Contention::Look,
         };
@@ -215,7 +215,7 @@ impl Engine {
                     }
                 }
             }
-            Entry::Turn { hold_back_until } => Ok(Entered::Contend(hold_back_until)),
+            Entry::Turn { yielding } => Ok(Entered::Contend(yielding)),
         }
     }
 }

@@ -17,7 +17,7 @@ use super::{Engine, NO_TTL_POLL, OUTAGE_RETRY};
 use crate::backoff::{Backoff, SpinBackoff};
 use crate::clock::BootInstant;
 use crate::error::Result;
-use crate::line::{Entry, HoldBack};
+use crate::line::{Entry, Yield};
 use crate::names::LockKeys;
 use crate::stop::Stop;
 use crate::store::Attempt;
@@ -29,8 +29,8 @@ pub(super) enum Contention {
     Look,
     /// It attempted just now: subscribe before attempting again.
     AfterAttempt,
-    /// Others were told the lock is free: give them the first go (see [`HoldBack`]).
-    HoldBack(HoldBack),
+    /// Others were told the lock is free: give them the first go (see [`Yield`]).
+    Yield(Yield),
 }
 
 /// What one look in the wait found.
@@ -75,8 +75,8 @@ impl Engine {
             return Ok(false);
         }
         let yielding = match start {
-            Contention::HoldBack(hold_back) => {
-                Some(self.hold_back(hold_back, &channel, &subscription, deadline, stop))
+            Contention::Yield(yielded) => {
+                Some(self.wait_out_yield(yielded, &channel, &subscription, deadline, stop))
             }
             Contention::Look | Contention::AfterAttempt => None,
         };
@@ -96,22 +96,22 @@ impl Engine {
     /// ends, the deadline, the stop, or one of them has had the lock and let it go (an unlock
     /// message beyond the one this manager's own release sent its still-subscribed listener).
     /// Returns the message count the first look compares against.
-    fn hold_back(
+    fn wait_out_yield(
         &self,
-        hold_back: HoldBack,
+        yielded: Yield,
         channel: &str,
         subscription: &Subscription,
         deadline: Option<Instant>,
         stop: &Stop,
     ) -> u64 {
-        let until = deadline.map_or(hold_back.until, |d| d.min(hold_back.until));
+        let until = deadline.map_or(yielded.until, |d| d.min(yielded.until));
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero()
                 || stop.is_stopped()
-                || self.subscriber.message_count(channel) > hold_back.messages_expected
+                || self.subscriber.message_count(channel) > yielded.messages_expected
             {
-                return hold_back.messages_expected;
+                return yielded.messages_expected;
             }
             subscription.wait(left);
         }
@@ -163,7 +163,7 @@ impl Engine {
         }
     }
 
-    /// One attempt of the wait. The first after a hold-back (`yielding`) tells the line how
+    /// One attempt of the wait. The first after a yield (`yielding`) tells the line how
     /// the yield went; `holder_until` follows the holder's lease as last seen.
     fn look(
         &self,

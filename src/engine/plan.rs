@@ -139,7 +139,7 @@ pub(crate) struct ReleasePlan {
     pub(crate) listeners: Listeners,
     /// What this manager's listener will have heard on the channel once this release's own
     /// unlock message is in, if nobody else releases the lock meanwhile: a yield's
-    /// `HoldBack` compares against it. Only a release that may yield (a last hold, with the
+    /// `Yield` compares against it. Only a release that may yield (a last hold, with the
     /// line) needs it.
     pub(crate) messages_expected: u64,
 }
