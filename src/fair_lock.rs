@@ -17,7 +17,7 @@ use redis::Script;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::kind::{AttemptArgs, LockKind, REENTRANT};
+use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
@@ -241,8 +241,8 @@ fn queue_timeout_ms(store: &LockStore, args: &AttemptArgs<'_>) -> u64 {
 }
 
 impl LockKind for Fair {
-    fn name(&self) -> &'static str {
-        "fair lock"
+    fn id(&self) -> KindId {
+        KindId::FairLock
     }
 
     fn uses_line(&self) -> bool {

@@ -126,7 +126,7 @@ impl PartialEq for HoldKey {
     fn eq(&self, other: &Self) -> bool {
         self.thread == other.thread
             && self.keys.name == other.keys.name
-            && self.kind.name() == other.kind.name()
+            && self.kind.id() == other.kind.id()
     }
 }
 
@@ -136,7 +136,7 @@ impl Hash for HoldKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.keys.name.hash(state);
         self.thread.hash(state);
-        self.kind.name().hash(state);
+        self.kind.id().hash(state);
     }
 }
 

@@ -7,10 +7,19 @@ use crate::error::Result;
 use crate::names::LockKeys;
 use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
 
+/// Which kind a [`LockKind`] is: tells kinds apart in the hold registry and the watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum KindId {
+    Lock,
+    FairLock,
+    ReadLock,
+    WriteLock,
+    SpinLock,
+}
+
 /// One kind of lock, as the engine needs to know it.
 pub(crate) trait LockKind: Sync {
-    /// A short name, for logs and for telling kinds apart in the hold registry.
-    fn name(&self) -> &'static str;
+    fn id(&self) -> KindId;
 
     /// Whether threads of one manager take turns for it in the local line and hand it over in
     /// the release ([`crate::line`]). Kinds with their own order in Redis (a fair lock's
@@ -108,8 +117,8 @@ pub(crate) static REENTRANT: Reentrant = Reentrant;
 pub(crate) struct Reentrant;
 
 impl LockKind for Reentrant {
-    fn name(&self) -> &'static str {
-        "lock"
+    fn id(&self) -> KindId {
+        KindId::Lock
     }
 
     fn grants(&self) -> bool {

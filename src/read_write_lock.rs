@@ -18,7 +18,7 @@ use redis::Script;
 use crate::error::{Error, Result};
 use crate::fair_lock::parse_attempt;
 use crate::guard::LockGuard;
-use crate::kind::{AttemptArgs, LockKind, REENTRANT};
+use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
@@ -284,8 +284,8 @@ fn writer_field(owner: &str) -> String {
 }
 
 impl LockKind for Read {
-    fn name(&self) -> &'static str {
-        "read lock"
+    fn id(&self) -> KindId {
+        KindId::ReadLock
     }
 
     fn uses_line(&self) -> bool {
@@ -376,8 +376,8 @@ impl LockKind for Read {
 }
 
 impl LockKind for Write {
-    fn name(&self) -> &'static str {
-        "write lock"
+    fn id(&self) -> KindId {
+        KindId::WriteLock
     }
 
     fn uses_line(&self) -> bool {

@@ -17,7 +17,7 @@ use redis::Script;
 
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::kind::{AttemptArgs, LockKind, REENTRANT};
+use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
 use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
@@ -82,8 +82,8 @@ pub(crate) static SPIN: Spin = Spin;
 pub(crate) struct Spin;
 
 impl LockKind for Spin {
-    fn name(&self) -> &'static str {
-        "spin lock"
+    fn id(&self) -> KindId {
+        KindId::SpinLock
     }
 
     fn uses_line(&self) -> bool {

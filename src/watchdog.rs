@@ -97,7 +97,7 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
             }
             let kind = sweep.batch[first].kind;
             let of_kind: Vec<usize> = (first..batch)
-                .filter(|&i| !done[i] && sweep.batch[i].kind.name() == kind.name())
+                .filter(|&i| !done[i] && sweep.batch[i].kind.id() == kind.id())
                 .collect();
             let kind_pairs: Vec<(&str, &str)> = of_kind.iter().map(|&i| pairs[i]).collect();
             let budget = deadline.saturating_duration_since(std::time::Instant::now());
