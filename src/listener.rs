@@ -9,7 +9,7 @@
 //! replies to SUBSCRIBE, so a refused subscription would look live. Here a subscription counts
 //! as live only once the server confirmed it.
 //!
-//! The listener blocks in one read at a time with a short timeout, to notice requests and
+//! The listener blocks in one read at a time with a short timeout, to notice orders and
 //! shutdown; a waiter that needs a new subscription publishes on the listener's private
 //! control channel (plain pub/sub, which reaches every node of a cluster), which wakes it at
 //! once. redis-rs counts a read that timed out as a reply still owed and skips the next
@@ -28,7 +28,7 @@ use crate::names::ChannelKind;
 use crate::pubsub_connection::{Heard, PubSubConnection};
 use crate::subscriber::{Shared, Wake};
 
-/// How long the listener blocks in one read before it looks at requests and shutdown without
+/// How long the listener blocks in one read before it looks at orders and shutdown without
 /// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
 const TICK: Duration = Duration::from_millis(500);
 /// Without traffic for this long the listener checks its connection (and that its server is
@@ -39,7 +39,7 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// What a waiting thread (or the subscriber) asks of a listener.
-pub(crate) enum Request {
+pub(crate) enum Order {
     Subscribe(String),
     Unsubscribe(String),
     /// The masters changed: drop the channels that are no longer this listener's (the
@@ -50,7 +50,7 @@ pub(crate) enum Request {
 /// The listener thread for the master at `addr`: connect, serve until the connection fails,
 /// reconnect with backoff; ends at shutdown, or when `addr` is no longer a master (its
 /// channels go to the new masters' listeners).
-pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Receiver<Request>) {
+pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Receiver<Order>) {
     let mut backoff = BACKOFF_FIRST;
     let mut connected_before = false;
     while !shared.is_shutdown() {
@@ -179,12 +179,12 @@ impl Listener<'_> {
     fn serve(
         &mut self,
         conn: &mut PubSubConnection,
-        inbox: &Receiver<Request>,
+        inbox: &Receiver<Order>,
     ) -> RedisResult<Served> {
         conn.raw().set_read_timeout(Some(TICK))?;
         self.send(conn, "SUBSCRIBE", self.control)?;
 
-        // Start from the registry, the truth about who waits; queued requests are covered by it.
+        // Start from the registry, the truth about who waits; queued orders are covered by it.
         while inbox.try_recv().is_ok() {}
         for (channel, waiters) in self.shared.waited_channels() {
             if self.is_mine(&channel) {
@@ -212,8 +212,8 @@ impl Listener<'_> {
                     return Ok(Served::Retired);
                 }
             }
-            while let Ok(request) = inbox.try_recv() {
-                self.handle(conn, request)?;
+            while let Ok(order) = inbox.try_recv() {
+                self.handle(conn, order)?;
             }
             self.retry_unconfirmed(conn)?;
             match conn.recv() {
@@ -259,9 +259,9 @@ impl Listener<'_> {
         self.shared.master_of(channel).as_deref() == Some(self.addr)
     }
 
-    fn handle(&mut self, conn: &mut PubSubConnection, request: Request) -> RedisResult<()> {
-        match request {
-            Request::Subscribe(channel) => {
+    fn handle(&mut self, conn: &mut PubSubConnection, order: Order) -> RedisResult<()> {
+        match order {
+            Order::Subscribe(channel) => {
                 if self.mine.contains(&channel) {
                     // Subscribed already (its waiters left and new ones came before the
                     // unsubscribe went out): the new waiters are covered once it is confirmed.
@@ -277,11 +277,11 @@ impl Listener<'_> {
                 } else if self.shared.waiters(&channel).is_some() {
                     // Routed here by an older map: to the listener of its master now.
                     self.shared
-                        .send(&channel, Request::Subscribe(channel.clone()));
+                        .send(&channel, Order::Subscribe(channel.clone()));
                 }
             }
-            Request::Unsubscribe(channel) => {
-                // A new waiter may have come back since; its own request follows.
+            Order::Unsubscribe(channel) => {
+                // A new waiter may have come back since; its own order follows.
                 if self.shared.waiters(&channel).is_none() && self.mine.remove(&channel) {
                     self.pending.remove(&channel);
                     // Still counted as subscribed until the server confirms: a release
@@ -295,7 +295,7 @@ impl Listener<'_> {
                     self.send(conn, command, &channel)?;
                 }
             }
-            Request::Resync => {
+            Order::Resync => {
                 let moved: Vec<String> = self
                     .mine
                     .iter()
@@ -314,7 +314,7 @@ impl Listener<'_> {
                     if let Some(waiters) = self.shared.waiters(&channel) {
                         waiters.release_all();
                         self.shared
-                            .send(&channel, Request::Subscribe(channel.clone()));
+                            .send(&channel, Order::Subscribe(channel.clone()));
                     }
                 }
             }
@@ -445,7 +445,7 @@ impl Listener<'_> {
             } else {
                 self.pending.remove(&channel);
                 self.shared
-                    .send(&channel, Request::Subscribe(channel.clone()));
+                    .send(&channel, Order::Subscribe(channel.clone()));
             }
         }
         Ok(())
@@ -561,7 +561,7 @@ impl Listener<'_> {
                 if let Some(waiters) = self.shared.waiters(&channel) {
                     waiters.release_all();
                     self.shared
-                        .send(&channel, Request::Subscribe(channel.clone()));
+                        .send(&channel, Order::Subscribe(channel.clone()));
                 }
             }
             _ => {}

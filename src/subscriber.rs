@@ -28,7 +28,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::Waker;
 use crate::fork::Origin;
-use crate::listener::{self, Request};
+use crate::listener::{self, Order};
 use crate::names::ChannelKind;
 use crate::stop::{Stop, Wakes};
 use crate::store::LockStore;
@@ -137,9 +137,9 @@ impl Waiters {
     }
 }
 
-/// One listener thread: where to send it requests and how to wake it.
+/// One listener thread: where to send it orders and how to wake it.
 struct ListenerHandle {
-    requests: Sender<Request>,
+    orders: Sender<Order>,
     /// Its private channel: a message there wakes it out of its blocking read.
     control_channel: String,
     thread: Option<JoinHandle<()>>,
@@ -251,17 +251,17 @@ impl Shared {
             .map(|(pool, _)| pool.addr().to_owned())
     }
 
-    /// Asks the listener of `channel`'s master (started if there is none) to do `request`,
+    /// Asks the listener of `channel`'s master (started if there is none) to carry out `order`,
     /// and wakes it. Without a master for it now, the waiters wait by the holder's TTL and
     /// the channel is subscribed at the next resync.
-    pub(crate) fn send(self: &Arc<Self>, channel: &str, request: Request) {
-        self.send_by(channel, request, None);
+    pub(crate) fn send(self: &Arc<Self>, channel: &str, order: Order) {
+        self.send_by(channel, order, None);
     }
 
     /// [`send`](Self::send) for a caller due by `deadline`: the wake-up may take what is left
     /// of it, one response timeout at most, and none once it has passed (the listener then
-    /// finds the request at its next read tick).
-    fn send_by(self: &Arc<Self>, channel: &str, request: Request, deadline: Option<Instant>) {
+    /// finds the order at its next read tick).
+    fn send_by(self: &Arc<Self>, channel: &str, order: Order, deadline: Option<Instant>) {
         let Some(addr) = self.master_of(channel) else {
             log::debug!("no master for {channel:?} now; its waiters wait by TTL");
             return;
@@ -288,7 +288,7 @@ impl Shared {
                     &listeners[&addr]
                 }
             };
-            if handle.requests.send(request).is_err() {
+            if handle.orders.send(order).is_err() {
                 return;
             }
             handle.control_channel.clone()
@@ -306,7 +306,7 @@ impl Shared {
     }
 
     fn start_listener(self: &Arc<Self>, addr: &str) -> std::io::Result<ListenerHandle> {
-        let (requests, inbox) = crossbeam_channel::unbounded();
+        let (orders, inbox) = crossbeam_channel::unbounded();
         // One per listener: on a cluster, the master's address tells them apart.
         let control_channel = if self.store.topology().is_cluster() {
             format!("redis_rlock__control:{{{}}}:{addr}", self.client_id)
@@ -322,7 +322,7 @@ impl Shared {
                 move || listener::listen(&shared, &addr, &control, &inbox)
             })?;
         Ok(ListenerHandle {
-            requests,
+            orders,
             control_channel,
             thread: Some(thread),
         })
@@ -330,7 +330,7 @@ impl Shared {
 
     /// Routes every waited channel again and sends each to its listener: after the masters
     /// changed (a failover, a resharding), or when a listener's master is gone. Listeners
-    /// drop the channels that are no longer theirs when they get `Request::Resync`.
+    /// drop the channels that are no longer theirs when they get `Order::Resync`.
     pub(crate) fn resync(self: &Arc<Self>) {
         let addrs: Vec<String> = self.listeners.lock().keys().cloned().collect();
         for addr in addrs {
@@ -338,16 +338,16 @@ impl Shared {
                 .listeners
                 .lock()
                 .get(&addr)
-                .map(|h| (h.requests.clone(), h.control_channel.clone()));
-            if let Some((requests, control)) = handle {
-                if requests.send(Request::Resync).is_ok() {
+                .map(|h| (h.orders.clone(), h.control_channel.clone()));
+            if let Some((orders, control)) = handle {
+                if orders.send(Order::Resync).is_ok() {
                     let budget = self.store.response_timeout();
                     let _ = self.store.publish_at(&addr, &control, "wake", budget);
                 }
             }
         }
         for (channel, _) in self.waited_channels() {
-            self.send(&channel, Request::Subscribe(channel.clone()));
+            self.send(&channel, Order::Subscribe(channel.clone()));
         }
     }
 }
@@ -432,7 +432,7 @@ impl Subscriber {
         };
         if first {
             self.shared
-                .send_by(channel, Request::Subscribe(channel.to_owned()), deadline);
+                .send_by(channel, Order::Subscribe(channel.to_owned()), deadline);
         }
         let mut limit = Instant::now() + self.shared.response_timeout;
         if let Some(deadline) = deadline {
@@ -664,9 +664,7 @@ impl Drop for Subscription {
             return;
         };
         if let Some(handle) = self.shared.listeners.lock().get(&addr) {
-            let _ = handle
-                .requests
-                .send(Request::Unsubscribe(self.channel.clone()));
+            let _ = handle.orders.send(Order::Unsubscribe(self.channel.clone()));
         }
     }
 }
