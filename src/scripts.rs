@@ -379,7 +379,9 @@ end"#,
 /// listens): the hold is written in its name, and its wait number published (docs/DESIGN.md,
 /// "Grants"). Otherwise the unlock message is published, and the lock is acquired for the next
 /// local owner unless anyone besides the client's own listener heard it; that owner's
-/// registration as a waiter, if it has one, goes.
+/// registration as a waiter, if it has one, goes. When there is a next local owner and the
+/// channel has no subscriber besides those disregarded (`PUBSUB NUMSUB`, `SHARDNUMSUB`), the
+/// message is not published at all: nobody could take the lock on it.
 ///
 /// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
 /// hold (the key deleted): 4 when granted to a registered waiter, 3 when anyone besides the
@@ -447,9 +449,21 @@ else
         waiters_tidy(KEYS[4])
     end
     if result == 1 then
-        local heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
-        if type(heard) ~= 'number' then
-            heard = 0
+        -- A handoff that nobody else could hear needs no message: asked first, so that the
+        -- client's own listener is not woken for nothing at every local handoff.
+        local quiet = false
+        if ARGV[7] ~= '' then
+            local numsub = ARGV[4] == 'spublish' and 'shardnumsub' or 'numsub'
+            local counted = redis.pcall('pubsub', numsub, KEYS[2])
+            quiet = type(counted) == 'table' and type(counted[2]) == 'number'
+                and counted[2] <= tonumber(ARGV[6])
+        end
+        local heard = 0
+        if not quiet then
+            heard = redis.pcall(ARGV[4], KEYS[2], ARGV[1])
+            if type(heard) ~= 'number' then
+                heard = 0
+            end
         end
         if heard > tonumber(ARGV[6]) then
             result = 3
