@@ -291,23 +291,7 @@ impl fmt::Display for Error {
                 "{operation} was not acknowledged by any of the master's {replicas} replica(s) \
                  within {timeout:?}; a failover could have lost it, so it was rolled back"
             ),
-            Error::Nodes { asked, tried } => {
-                if !asked.is_empty() {
-                    write!(f, "{asked}: ")?;
-                }
-                for (i, (addr, err)) in tried.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
-                    match err {
-                        Error::Connect { source } => {
-                            write!(f, "cannot connect to Redis at {addr}: {source}")?
-                        }
-                        err => write!(f, "{addr}: {err}")?,
-                    }
-                }
-                Ok(())
-            }
+            Error::Nodes { asked, tried } => write_nodes(f, asked, tried),
             Error::Forked {
                 created_in,
                 used_in,
@@ -327,6 +311,23 @@ impl fmt::Display for Error {
             ),
         }
     }
+}
+
+/// [`Error::Nodes`]' message: what was asked, then each node's error, saying which node.
+fn write_nodes(f: &mut fmt::Formatter<'_>, asked: &str, tried: &[(String, Error)]) -> fmt::Result {
+    if !asked.is_empty() {
+        write!(f, "{asked}: ")?;
+    }
+    for (i, (addr, err)) in tried.iter().enumerate() {
+        if i > 0 {
+            f.write_str("; ")?;
+        }
+        match err {
+            Error::Connect { source } => write!(f, "cannot connect to Redis at {addr}: {source}")?,
+            err => write!(f, "{addr}: {err}")?,
+        }
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {

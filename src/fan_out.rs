@@ -44,7 +44,7 @@ type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct Task<R> {
     /// The lock an attempt may take: its worker is claimed for it. `None`: runs anywhere.
     claims: Option<Lock>,
-    job: Box<dyn FnOnce() -> R + Send>,
+    job: TaskJob<R>,
 }
 
 impl<R> Task<R> {
@@ -240,6 +240,15 @@ struct Gather<R> {
 }
 
 impl<R> Gather<R> {
+    /// Room for `count` results, for the calling thread to wait on.
+    fn new(count: usize) -> Self {
+        Gather {
+            slots: (0..count).map(|_| Mutex::new(None)).collect(),
+            left: AtomicUsize::new(count),
+            caller: thread::current(),
+        }
+    }
+
     /// Stores task `index`'s result; the last one wakes the caller.
     fn finish(&self, index: usize, result: thread::Result<R>) {
         *self.slots[index].lock() = Some(result);
@@ -252,6 +261,53 @@ impl<R> Gather<R> {
             self.caller.unpark();
         }
     }
+
+    /// Waits (on the calling thread) until every task is counted off.
+    fn wait_all(&self) {
+        while self.left.load(Ordering::Acquire) != 0 {
+            thread::park();
+        }
+    }
+
+    /// The results in the tasks' order, `unplaced` standing for the tasks that never ran.
+    /// Panics with the payload of the first task that panicked.
+    fn take_results(&self, unplaced: Vec<Option<io::Error>>) -> Vec<io::Result<R>> {
+        let mut panicked = None;
+        let results = self
+            .slots
+            .iter()
+            .zip(unplaced)
+            .map(|(slot, unplaced)| match unplaced {
+                Some(err) => Err(err),
+                None => match slot.lock().take().expect("every task finished") {
+                    Ok(result) => Ok(result),
+                    Err(payload) => {
+                        panicked.get_or_insert(payload);
+                        Err(io::Error::other("the task panicked"))
+                    }
+                },
+            })
+            .collect();
+        if let Some(payload) = panicked {
+            panic::resume_unwind(payload);
+        }
+        results
+    }
+}
+
+/// What a task runs, returning `R`.
+type TaskJob<R> = Box<dyn FnOnce() -> R + Send>;
+
+/// Where one call's tasks go: chosen under the workers' lock, started after it is released.
+struct Plan<R> {
+    /// Run by the caller itself.
+    here: Vec<(usize, TaskJob<R>)>,
+    /// Posted to these workers' mailboxes.
+    sends: Vec<(Arc<Mailbox>, Job)>,
+    /// Each on a short-lived thread of its own: no worker may take them.
+    own_threads: Vec<(usize, TaskJob<R>)>,
+    /// By task: the error of one that no thread could be started for.
+    unplaced: Vec<Option<io::Error>>,
 }
 
 /// Runs `tasks` at once and returns their results in the same order, once all have finished.
@@ -263,59 +319,18 @@ pub(crate) fn run_all<R: Send + 'static>(tasks: Vec<Task<R>>) -> Vec<io::Result<
     if tasks.is_empty() {
         return Vec::new();
     }
-    let gather = Arc::new(Gather {
-        slots: (0..tasks.len()).map(|_| Mutex::new(None)).collect(),
-        left: AtomicUsize::new(tasks.len()),
-        caller: thread::current(),
-    });
-    let mut unplaced: Vec<Option<io::Error>> = (0..tasks.len()).map(|_| None).collect();
-    let mut here = Vec::new();
-    let mut sends = Vec::new();
-    let mut own_threads = Vec::new();
-    {
-        let mut workers = Workers::of_this_process();
-        let mut taken = Vec::new();
-        for (index, task) in tasks.into_iter().enumerate() {
-            if task.claims.is_none() && here.is_empty() {
-                // The caller would only wait: it runs one itself.
-                here.push((index, task.job));
-                continue;
-            }
-            match workers.place(task.claims.as_ref(), &taken) {
-                Ok(Placement::Worker(worker)) => {
-                    taken.push(worker);
-                    let pending = Arc::clone(&workers.workers[worker].pending);
-                    let gather = Arc::clone(&gather);
-                    let job = task.job;
-                    let wrapped: Job = Box::new(move || {
-                        let result = panic::catch_unwind(AssertUnwindSafe(job));
-                        // Idle again before the caller hears: its next call may choose it.
-                        pending.fetch_sub(1, Ordering::AcqRel);
-                        gather.finish(index, result);
-                    });
-                    sends.push((Arc::clone(&workers.workers[worker].jobs), wrapped));
-                }
-                Ok(Placement::OwnThread) => own_threads.push((index, task.job)),
-                Err(err) if task.claims.is_none() => {
-                    log::debug!("fan-out: no worker for a release ({err}); the caller runs it");
-                    here.push((index, task.job));
-                }
-                Err(err) => {
-                    unplaced[index] = Some(err);
-                    gather.done();
-                }
-            }
-        }
-    }
+    let gather = Arc::new(Gather::new(tasks.len()));
+    let Plan {
+        here,
+        sends,
+        own_threads,
+        mut unplaced,
+    } = plan(tasks, &gather);
     for (mailbox, job) in sends {
         mailbox.post(job);
     }
     for (index, job) in own_threads {
-        let for_thread = Arc::clone(&gather);
-        let spawned = thread::Builder::new()
-            .name("redis-rlock-fan-out-extra".into())
-            .spawn(move || for_thread.finish(index, panic::catch_unwind(AssertUnwindSafe(job))));
-        if let Err(err) = spawned {
+        if let Err(err) = spawn_own_thread(index, job, &gather) {
             unplaced[index] = Some(err);
             gather.done();
         }
@@ -323,29 +338,76 @@ pub(crate) fn run_all<R: Send + 'static>(tasks: Vec<Task<R>>) -> Vec<io::Result<
     for (index, job) in here {
         gather.finish(index, panic::catch_unwind(AssertUnwindSafe(job)));
     }
-    while gather.left.load(Ordering::Acquire) != 0 {
-        thread::park();
+    gather.wait_all();
+    gather.take_results(unplaced)
+}
+
+/// Chooses where each task runs, claiming workers for attempts; a task that cannot be placed
+/// is counted off `gather` with its error in `unplaced`.
+fn plan<R: Send + 'static>(tasks: Vec<Task<R>>, gather: &Arc<Gather<R>>) -> Plan<R> {
+    let mut plan = Plan {
+        here: Vec::new(),
+        sends: Vec::new(),
+        own_threads: Vec::new(),
+        unplaced: (0..tasks.len()).map(|_| None).collect(),
+    };
+    let mut workers = Workers::of_this_process();
+    let mut taken = Vec::new();
+    for (index, task) in tasks.into_iter().enumerate() {
+        if task.claims.is_none() && plan.here.is_empty() {
+            // The caller would only wait: it runs one itself.
+            plan.here.push((index, task.job));
+            continue;
+        }
+        match workers.place(task.claims.as_ref(), &taken) {
+            Ok(Placement::Worker(worker)) => {
+                taken.push(worker);
+                let worker = &workers.workers[worker];
+                let job = worker_job(worker, index, task.job, gather);
+                plan.sends.push((Arc::clone(&worker.jobs), job));
+            }
+            Ok(Placement::OwnThread) => plan.own_threads.push((index, task.job)),
+            Err(err) if task.claims.is_none() => {
+                log::debug!("fan-out: no worker for a release ({err}); the caller runs it");
+                plan.here.push((index, task.job));
+            }
+            Err(err) => {
+                plan.unplaced[index] = Some(err);
+                gather.done();
+            }
+        }
     }
-    let mut panicked = None;
-    let results = gather
-        .slots
-        .iter()
-        .zip(unplaced)
-        .map(|(slot, unplaced)| match unplaced {
-            Some(err) => Err(err),
-            None => match slot.lock().take().expect("every task finished") {
-                Ok(result) => Ok(result),
-                Err(payload) => {
-                    panicked.get_or_insert(payload);
-                    Err(io::Error::other("the task panicked"))
-                }
-            },
-        })
-        .collect();
-    if let Some(payload) = panicked {
-        panic::resume_unwind(payload);
-    }
-    results
+    plan
+}
+
+/// Task `index` as `worker` runs it: its result goes to `gather`.
+fn worker_job<R: Send + 'static>(
+    worker: &Worker,
+    index: usize,
+    job: TaskJob<R>,
+    gather: &Arc<Gather<R>>,
+) -> Job {
+    let pending = Arc::clone(&worker.pending);
+    let gather = Arc::clone(gather);
+    Box::new(move || {
+        let result = panic::catch_unwind(AssertUnwindSafe(job));
+        // Idle again before the caller hears: its next call may choose it.
+        pending.fetch_sub(1, Ordering::AcqRel);
+        gather.finish(index, result);
+    })
+}
+
+/// Runs task `index` on a short-lived thread of its own.
+fn spawn_own_thread<R: Send + 'static>(
+    index: usize,
+    job: TaskJob<R>,
+    gather: &Arc<Gather<R>>,
+) -> io::Result<()> {
+    let for_thread = Arc::clone(gather);
+    thread::Builder::new()
+        .name("redis-rlock-fan-out-extra".into())
+        .spawn(move || for_thread.finish(index, panic::catch_unwind(AssertUnwindSafe(job))))
+        .map(drop)
 }
 
 /// Ends worker `thread`'s claim on `lock`: at once (`until` is `None`: it holds nothing of it

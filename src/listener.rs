@@ -18,11 +18,12 @@
 //! confirmation is a push.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use redis::{PushKind, RedisResult, Value};
+use redis::{PushKind, RedisResult, ServerError, Value};
 
 use crate::names::ChannelKind;
 use crate::pubsub_connection::{Heard, PubSubConnection};
@@ -54,24 +55,10 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
     let mut backoff = BACKOFF_FIRST;
     let mut connected_before = false;
     while !shared.is_shutdown() {
-        let connected = shared.store.connect_listener_at(addr);
-        let mut conn = match connected {
-            Ok(conn) => {
-                if connected_before {
-                    shared.store.counters.reconnect();
-                }
-                connected_before = true;
-                if conn.is_resp2() {
-                    log::debug!("pub/sub listener for {addr} speaks RESP2");
-                }
-                conn
-            }
+        let mut conn = match shared.store.connect_listener_at(addr) {
+            Ok(conn) => conn,
+            Err(_) if !is_master(shared, addr, true) => return retire(shared, addr),
             Err(err) => {
-                if !is_master(shared, addr, true) {
-                    log::info!("pub/sub listener for {addr}: no longer a master; stopping");
-                    shared.resync();
-                    return;
-                }
                 log::warn!(
                     "pub/sub listener cannot connect to {addr}: {err}; retrying in {backoff:?}"
                 );
@@ -80,52 +67,71 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
                 continue;
             }
         };
+        if connected_before {
+            shared.store.counters.reconnect();
+        }
+        connected_before = true;
+        if conn.is_resp2() {
+            log::debug!("pub/sub listener for {addr} speaks RESP2");
+        }
         backoff = BACKOFF_FIRST;
-        let mut listener = Listener {
-            shared,
-            addr,
-            control,
-            mine: HashSet::new(),
-            pending: HashMap::new(),
-            unsubscribing: HashMap::new(),
-            counted: HashSet::new(),
-        };
+        let mut listener = Listener::new(shared, addr, control);
         let served = listener.serve(&mut conn, inbox);
         // The server dropped every subscription of the connection with it.
         listener.forget_subscriptions();
-        let dropped = match served {
-            Ok(Served::Shutdown) => return,
-            Ok(Served::Retired) => {
-                log::info!("pub/sub listener for {addr}: no longer a master; stopping");
-                shared.resync();
-                return;
-            }
-            Ok(Served::Silent) => {
-                log::warn!("pub/sub connection to {addr} stopped answering; reconnecting");
-                false
-            }
-            Err(err) => {
-                log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
-                err.is_connection_dropped()
-            }
-        };
-        // Its waiters sleep until an unlock message or their holder's TTL, which may be
-        // minutes away. On a single server whose connection dropped (or was refused) they look
-        // now, so that Redis being down reaches them as an error after the outage grace (one
-        // connect timeout), not after the lease. Not after a frozen server went silent: their
-        // attempts would only time out (a timeout is reported at once, not ridden out), and a
-        // server that comes back lets them acquire as before. With Sentinel or a cluster a lost
-        // master is most likely a failover under way, which takes longer than that grace: they
-        // go on waiting and look when this listener (or the new master's) subscribes again.
-        if dropped && !shared.store.topology().follows_failovers() {
-            shared.wake_waiters_of(addr);
-        }
-        // Its master may have failed over: the waiters' channels may be elsewhere now.
-        if !is_master(shared, addr, true) {
-            shared.resync();
+        if after_connection(shared, addr, served).is_break() {
             return;
         }
     }
+}
+
+/// Says how a connection ended, lets its waiters look now where they must, and tells `listen`
+/// whether to connect again (`Continue`) or to stop (`Break`: shutdown, or `addr` is no
+/// longer a master).
+fn after_connection(
+    shared: &Arc<Shared>,
+    addr: &str,
+    served: RedisResult<Served>,
+) -> ControlFlow<()> {
+    let dropped = match served {
+        Ok(Served::Shutdown) => return ControlFlow::Break(()),
+        Ok(Served::Retired) => {
+            retire(shared, addr);
+            return ControlFlow::Break(());
+        }
+        Ok(Served::Silent) => {
+            log::warn!("pub/sub connection to {addr} stopped answering; reconnecting");
+            false
+        }
+        Err(err) => {
+            log::warn!("pub/sub connection to {addr} lost: {err}; reconnecting");
+            err.is_connection_dropped()
+        }
+    };
+    // Its waiters sleep until an unlock message or their holder's TTL, which may be
+    // minutes away. On a single server whose connection dropped (or was refused) they look
+    // now, so that Redis being down reaches them as an error after the outage grace (one
+    // connect timeout), not after the lease. Not after a frozen server went silent: their
+    // attempts would only time out (a timeout is reported at once, not ridden out), and a
+    // server that comes back lets them acquire as before. With Sentinel or a cluster a lost
+    // master is most likely a failover under way, which takes longer than that grace: they
+    // go on waiting and look when this listener (or the new master's) subscribes again.
+    if dropped && !shared.store.topology().follows_failovers() {
+        shared.wake_waiters_of(addr);
+    }
+    // Its master may have failed over: the waiters' channels may be elsewhere now.
+    if !is_master(shared, addr, true) {
+        shared.resync();
+        return ControlFlow::Break(());
+    }
+    ControlFlow::Continue(())
+}
+
+/// `addr` is no longer a master: the listener stops, and its channels go to the new masters'
+/// listeners.
+fn retire(shared: &Arc<Shared>, addr: &str) {
+    log::info!("pub/sub listener for {addr}: no longer a master; stopping");
+    shared.resync();
 }
 
 /// Whether `addr` is a master in the current map (asking the deployment again first when
@@ -170,7 +176,34 @@ struct Listener<'a> {
     counted: HashSet<String>,
 }
 
-impl Listener<'_> {
+/// How long the connection has been quiet, and whether its liveness was checked since.
+struct Quiet {
+    since: Instant,
+    checked: bool,
+}
+
+impl Quiet {
+    fn from_now() -> Self {
+        Quiet {
+            since: Instant::now(),
+            checked: false,
+        }
+    }
+}
+
+impl<'a> Listener<'a> {
+    fn new(shared: &'a Arc<Shared>, addr: &'a str, control: &'a str) -> Self {
+        Listener {
+            shared,
+            addr,
+            control,
+            mine: HashSet::new(),
+            pending: HashMap::new(),
+            unsubscribing: HashMap::new(),
+            counted: HashSet::new(),
+        }
+    }
+
     fn sharded(&self) -> bool {
         self.shared.store.topology().sharded_pubsub()
     }
@@ -183,7 +216,32 @@ impl Listener<'_> {
     ) -> RedisResult<Served> {
         conn.raw().set_read_timeout(Some(TICK))?;
         self.send(conn, "SUBSCRIBE", self.control)?;
+        self.subscribe_waited(conn, inbox)?;
+        let mut quiet = Quiet::from_now();
+        let mut seen_generation = self.shared.store.topology().map().generation;
+        loop {
+            if self.shared.is_shutdown() {
+                return Ok(Served::Shutdown);
+            }
+            if self.retired_by_new_map(&mut seen_generation) {
+                return Ok(Served::Retired);
+            }
+            while let Ok(order) = inbox.try_recv() {
+                self.handle(conn, order)?;
+            }
+            self.retry_unconfirmed(conn)?;
+            if let Some(served) = self.read(conn, &mut quiet)? {
+                return Ok(served);
+            }
+        }
+    }
 
+    /// Subscribes to the channels of this master's waiters, as a new connection starts.
+    fn subscribe_waited(
+        &mut self,
+        conn: &mut PubSubConnection,
+        inbox: &Receiver<Order>,
+    ) -> RedisResult<()> {
         // Start from the registry, the truth about who waits; queued orders are covered by it.
         while inbox.try_recv().is_ok() {}
         for (channel, waiters) in self.shared.waited_channels() {
@@ -193,65 +251,73 @@ impl Listener<'_> {
                 waiters.release_all();
             }
         }
+        Ok(())
+    }
 
-        let mut last_traffic = Instant::now();
-        let mut checked = false;
-        let topology = self.shared.store.topology();
-        let mut seen_generation = topology.map().generation;
-        loop {
-            if self.shared.is_shutdown() {
-                return Ok(Served::Shutdown);
-            }
-            // A new map (a failover the sentinels announced, a resharding) may have made
-            // another server the master: hand the channels over now, not after 5 s of silence
-            // (traffic, wake-ups included, would put that check off for as long as it lasts).
-            let generation = topology.map().generation;
-            if generation != seen_generation {
-                seen_generation = generation;
-                if !is_master(self.shared, self.addr, false) {
-                    return Ok(Served::Retired);
-                }
-            }
-            while let Ok(order) = inbox.try_recv() {
-                self.handle(conn, order)?;
-            }
-            self.retry_unconfirmed(conn)?;
-            match conn.recv() {
-                Ok(Heard::Missed) => {
-                    last_traffic = Instant::now();
-                    checked = false;
-                    self.missed(conn)?;
-                }
-                Ok(heard) => {
-                    last_traffic = Instant::now();
-                    checked = false;
-                    self.received(heard);
-                }
-                // Interrupted: the process was stopped and continued (see `pool::connect_by`).
-                // Nothing is wrong with the connection, and what the read got so far stays in
-                // redis-rs' parser, as after a timeout: read on.
-                Err(err) if err.is_timeout() || crate::pool::is_interrupted(&err) => {
-                    if !err.is_timeout() {
-                        log::debug!(
-                            "pub/sub listener for {}: the read was interrupted; reading on",
-                            self.addr
-                        );
-                    }
-                    let idle = last_traffic.elapsed();
-                    if idle >= CHECK_AFTER && !checked {
-                        if !is_master(self.shared, self.addr, false) {
-                            return Ok(Served::Retired);
-                        }
-                        // The confirmation is a push, which a live connection always delivers.
-                        self.send(conn, "SUBSCRIBE", self.control)?;
-                        checked = true;
-                    } else if checked && idle >= CHECK_AFTER + self.shared.response_timeout {
-                        return Ok(Served::Silent);
-                    }
-                }
-                Err(err) => return Err(err),
-            }
+    /// Whether a map newer than `seen_generation` made another server the master.
+    fn retired_by_new_map(&self, seen_generation: &mut u64) -> bool {
+        // A new map (a failover the sentinels announced, a resharding) may have made
+        // another server the master: hand the channels over now, not after 5 s of silence
+        // (traffic, wake-ups included, would put that check off for as long as it lasts).
+        let generation = self.shared.store.topology().map().generation;
+        if generation == *seen_generation {
+            return false;
         }
+        *seen_generation = generation;
+        !is_master(self.shared, self.addr, false)
+    }
+
+    /// Reads for one tick; `Some` when the connection's serving ends (retired, or silent).
+    fn read(
+        &mut self,
+        conn: &mut PubSubConnection,
+        quiet: &mut Quiet,
+    ) -> RedisResult<Option<Served>> {
+        match conn.recv() {
+            Ok(heard) => {
+                *quiet = Quiet::from_now();
+                match heard {
+                    Heard::Missed => self.missed(conn)?,
+                    heard => self.received(heard),
+                }
+                Ok(None)
+            }
+            // Interrupted: the process was stopped and continued (see `pool::connect_by`).
+            // Nothing is wrong with the connection, and what the read got so far stays in
+            // redis-rs' parser, as after a timeout: read on.
+            Err(err) if err.is_timeout() || crate::pool::is_interrupted(&err) => {
+                if !err.is_timeout() {
+                    log::debug!(
+                        "pub/sub listener for {}: the read was interrupted; reading on",
+                        self.addr
+                    );
+                }
+                self.check_quiet(conn, quiet)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// After `CHECK_AFTER` without traffic: checks that the server is still a master and that
+    /// the connection still delivers; `Some` when it is not a master any more, or gave no sign
+    /// of life within a response timeout.
+    fn check_quiet(
+        &mut self,
+        conn: &mut PubSubConnection,
+        quiet: &mut Quiet,
+    ) -> RedisResult<Option<Served>> {
+        let idle = quiet.since.elapsed();
+        if idle >= CHECK_AFTER && !quiet.checked {
+            if !is_master(self.shared, self.addr, false) {
+                return Ok(Some(Served::Retired));
+            }
+            // The confirmation is a push, which a live connection always delivers.
+            self.send(conn, "SUBSCRIBE", self.control)?;
+            quiet.checked = true;
+        } else if quiet.checked && idle >= CHECK_AFTER + self.shared.response_timeout {
+            return Ok(Some(Served::Silent));
+        }
+        Ok(None)
     }
 
     /// Whether `channel` belongs to this listener's master now.
@@ -261,62 +327,78 @@ impl Listener<'_> {
 
     fn handle(&mut self, conn: &mut PubSubConnection, order: Order) -> RedisResult<()> {
         match order {
-            Order::Subscribe(channel) => {
-                if self.mine.contains(&channel) {
-                    // Subscribed already (its waiters left and new ones came before the
-                    // unsubscribe went out): the new waiters are covered once it is confirmed.
-                    if !self.pending.contains_key(&channel) {
-                        if let Some(waiters) = self.shared.waiters(&channel) {
-                            waiters.mark_subscribed();
-                        }
-                    }
-                    return Ok(());
-                }
-                if self.is_mine(&channel) {
-                    self.subscribe(conn, &channel)?;
-                } else if self.shared.waiters(&channel).is_some() {
-                    // Routed here by an older map: to the listener of its master now.
-                    self.shared
-                        .send(&channel, Order::Subscribe(channel.clone()));
-                }
-            }
-            Order::Unsubscribe(channel) => {
-                // A new waiter may have come back since; its own order follows.
-                if self.shared.waiters(&channel).is_none() && self.mine.remove(&channel) {
-                    self.pending.remove(&channel);
-                    // Still counted as subscribed until the server confirms: a release
-                    // published before the server drops the subscription is heard by it.
-                    let now = Instant::now();
-                    self.unsubscribing
-                        .entry(channel.clone())
-                        .and_modify(|(owed, sent)| (*owed, *sent) = (*owed + 1, now))
-                        .or_insert((1, now));
-                    let command = self.unsubscribe_command();
-                    self.send(conn, command, &channel)?;
+            Order::Subscribe(channel) => self.subscribe_ordered(conn, channel),
+            Order::Unsubscribe(channel) => self.unsubscribe(conn, channel),
+            Order::Resync => self.resync(conn),
+        }
+    }
+
+    /// A waiter asked for `channel`.
+    fn subscribe_ordered(
+        &mut self,
+        conn: &mut PubSubConnection,
+        channel: String,
+    ) -> RedisResult<()> {
+        if self.mine.contains(&channel) {
+            // Subscribed already (its waiters left and new ones came before the
+            // unsubscribe went out): the new waiters are covered once it is confirmed.
+            if !self.pending.contains_key(&channel) {
+                if let Some(waiters) = self.shared.waiters(&channel) {
+                    waiters.mark_subscribed();
                 }
             }
-            Order::Resync => {
-                let moved: Vec<String> = self
-                    .mine
-                    .iter()
-                    .filter(|channel| !self.is_mine(channel))
-                    .cloned()
-                    .collect();
-                for channel in moved {
-                    self.mine.remove(&channel);
-                    self.pending.remove(&channel);
-                    // Releases of the channel go to its new master now, where this
-                    // connection is nobody; the confirmation is not waited for.
-                    self.unsubscribing.remove(&channel);
-                    self.uncount(&channel);
-                    let command = self.unsubscribe_command();
-                    self.send(conn, command, &channel)?;
-                    if let Some(waiters) = self.shared.waiters(&channel) {
-                        waiters.release_all();
-                        self.shared
-                            .send(&channel, Order::Subscribe(channel.clone()));
-                    }
-                }
+            return Ok(());
+        }
+        if self.is_mine(&channel) {
+            self.subscribe(conn, &channel)?;
+        } else if self.shared.waiters(&channel).is_some() {
+            // Routed here by an older map: to the listener of its master now.
+            self.shared
+                .send(&channel, Order::Subscribe(channel.clone()));
+        }
+        Ok(())
+    }
+
+    /// The last waiter of `channel` left.
+    fn unsubscribe(&mut self, conn: &mut PubSubConnection, channel: String) -> RedisResult<()> {
+        // A new waiter may have come back since; its own order follows.
+        if self.shared.waiters(&channel).is_none() && self.mine.remove(&channel) {
+            self.pending.remove(&channel);
+            // Still counted as subscribed until the server confirms: a release
+            // published before the server drops the subscription is heard by it.
+            let now = Instant::now();
+            self.unsubscribing
+                .entry(channel.clone())
+                .and_modify(|(owed, sent)| (*owed, *sent) = (*owed + 1, now))
+                .or_insert((1, now));
+            let command = self.unsubscribe_command();
+            self.send(conn, command, &channel)?;
+        }
+        Ok(())
+    }
+
+    /// The masters changed: drops the channels that are no longer this master's and sends
+    /// them to their new listeners.
+    fn resync(&mut self, conn: &mut PubSubConnection) -> RedisResult<()> {
+        let moved: Vec<String> = self
+            .mine
+            .iter()
+            .filter(|channel| !self.is_mine(channel))
+            .cloned()
+            .collect();
+        for channel in moved {
+            self.mine.remove(&channel);
+            self.pending.remove(&channel);
+            // Releases of the channel go to its new master now, where this
+            // connection is nobody; the confirmation is not waited for.
+            self.unsubscribing.remove(&channel);
+            self.uncount(&channel);
+            let command = self.unsubscribe_command();
+            self.send(conn, command, &channel)?;
+            if let Some(waiters) = self.shared.waiters(&channel) {
+                waiters.release_all();
+                self.shared
+                    .send(&channel, Order::Subscribe(channel.clone()));
             }
         }
         Ok(())
@@ -386,9 +468,25 @@ impl Listener<'_> {
     /// have been skipped, see the module's notes): ask where the masters are, and subscribe
     /// again where the channel belongs now.
     fn retry_unconfirmed(&mut self, conn: &mut PubSubConnection) -> RedisResult<()> {
+        self.give_up_unanswered_unsubscribes();
+        let late = self.late_subscriptions();
+        if late.is_empty() {
+            return Ok(());
+        }
+        let topology = self.shared.store.topology();
+        if topology.follows_failovers() {
+            topology.refresh(topology.map().generation);
+        }
+        for (channel, failures) in late {
+            self.retry_subscription(conn, channel, failures)?;
+        }
+        Ok(())
+    }
+
+    /// An unsubscribe answered by an error (MOVED on a cluster, after a resharding) gets no
+    /// confirmation: after a response timeout the connection is taken to be off the channel.
+    fn give_up_unanswered_unsubscribes(&mut self) {
         let timeout = self.shared.response_timeout;
-        // An unsubscribe answered by an error (MOVED on a cluster, after a resharding) gets no
-        // confirmation: after a response timeout the connection is taken to be off the channel.
         let unanswered: Vec<String> = self
             .unsubscribing
             .iter()
@@ -399,54 +497,60 @@ impl Listener<'_> {
             self.unsubscribing.remove(&channel);
             self.uncount_unless_mine(&channel);
         }
+    }
+
+    /// The subscriptions whose confirmation is late, with how many times each went
+    /// unconfirmed before.
+    fn late_subscriptions(&self) -> Vec<(String, u32)> {
+        let timeout = self.shared.response_timeout;
         // Refused again and again (no channel rights): ask less and less often.
-        let late: Vec<(String, u32)> = self
-            .pending
+        self.pending
             .iter()
             .filter(|(_, (sent, failures))| {
                 sent.elapsed() >= timeout * 2u32.pow((*failures).min(5))
             })
             .map(|(channel, (_, failures))| (channel.clone(), *failures))
-            .collect();
-        if late.is_empty() {
+            .collect()
+    }
+
+    /// Subscribes again to `channel`, whose subscription went unconfirmed, where it belongs
+    /// now (if anyone still waits on it).
+    fn retry_subscription(
+        &mut self,
+        conn: &mut PubSubConnection,
+        channel: String,
+        failures: u32,
+    ) -> RedisResult<()> {
+        let timeout = self.shared.response_timeout;
+        if !self.is_mine(&channel) {
+            // The slot moved (a resharding, a failover): subscribed again where it is now.
+            log::debug!(
+                "the subscription to {channel:?} at {} was not confirmed; its slot is \
+                 served elsewhere now, subscribing there",
+                self.addr
+            );
+        } else if failures == 0 {
+            log::error!(
+                "Redis refused the subscription to {channel:?} at {}, or did not confirm it \
+                 within {timeout:?}: its waiters wait by the holder's TTL until a \
+                 subscription is confirmed (asking again)",
+                self.addr
+            );
+        }
+        self.mine.remove(&channel);
+        self.uncount_unless_mine(&channel);
+        if self.shared.waiters(&channel).is_none() {
+            self.pending.remove(&channel);
             return Ok(());
         }
-        let topology = self.shared.store.topology();
-        if topology.follows_failovers() {
-            topology.refresh(topology.map().generation);
-        }
-        for (channel, failures) in late {
-            let moved = !self.is_mine(&channel);
-            if moved {
-                // The slot moved (a resharding, a failover): subscribed again where it is now.
-                log::debug!(
-                    "the subscription to {channel:?} at {} was not confirmed; its slot is \
-                     served elsewhere now, subscribing there",
-                    self.addr
-                );
-            } else if failures == 0 {
-                log::error!(
-                    "Redis refused the subscription to {channel:?} at {}, or did not confirm it \
-                     within {timeout:?}: its waiters wait by the holder's TTL until a \
-                     subscription is confirmed (asking again)",
-                    self.addr
-                );
-            }
-            self.mine.remove(&channel);
-            self.uncount_unless_mine(&channel);
-            if self.shared.waiters(&channel).is_none() {
-                self.pending.remove(&channel);
-                continue;
-            }
-            if self.is_mine(&channel) {
-                self.pending
-                    .insert(channel.clone(), (Instant::now(), failures + 1));
-                self.subscribe(conn, &channel)?;
-            } else {
-                self.pending.remove(&channel);
-                self.shared
-                    .send(&channel, Order::Subscribe(channel.clone()));
-            }
+        if self.is_mine(&channel) {
+            self.pending
+                .insert(channel.clone(), (Instant::now(), failures + 1));
+            self.subscribe(conn, &channel)?;
+        } else {
+            self.pending.remove(&channel);
+            self.shared
+                .send(&channel, Order::Subscribe(channel.clone()));
         }
         Ok(())
     }
@@ -487,17 +591,7 @@ impl Listener<'_> {
     fn received(&mut self, heard: Heard) {
         let (kind, data) = match heard {
             Heard::Push(kind, data) => (kind, data),
-            Heard::Error(err) => {
-                // Which subscription it answers is not said: the late-confirmation check sorts
-                // it out within a response timeout, and logs a subscription really lost. A
-                // MOVED is a slot that moved (a resharding, a failover): routine.
-                if err.code() == "MOVED" {
-                    log::debug!("pub/sub listener for {}: {err:?}", self.addr);
-                } else {
-                    log::warn!("pub/sub listener for {}: {err:?}", self.addr);
-                }
-                return;
-            }
+            Heard::Error(err) => return self.error_reply(&err),
             _ => return, // a reply to nothing we wait for (see the module's notes)
         };
         let channel = match data.first() {
@@ -505,29 +599,12 @@ impl Listener<'_> {
             _ => return,
         };
         match kind {
-            PushKind::Message | PushKind::SMessage => {
-                if channel == self.control {
-                    return;
-                }
+            PushKind::Message | PushKind::SMessage if channel != self.control => {
                 let payload = match data.get(1) {
                     Some(Value::BulkString(bytes)) => bytes.as_slice(),
                     _ => b"",
                 };
-                self.shared.count_message(&channel);
-                if let Some(waiters) = self.shared.waiters(&channel) {
-                    if let Some(number) = grant_number(&channel, payload) {
-                        if waiters.grant(number) {
-                            self.shared.store.counters.wakeup();
-                        }
-                        return;
-                    }
-                    let wake = Wake::of(&channel, payload);
-                    if wake != Wake::Nobody {
-                        // Counted first: a woken waiter's caller may look at the stats.
-                        self.shared.store.counters.wakeup();
-                    }
-                    wake.apply(&waiters);
-                }
+                self.message(&channel, payload);
             }
             PushKind::Subscribe | PushKind::SSubscribe
                 if self.pending.remove(&channel).is_some() =>
@@ -540,31 +617,70 @@ impl Listener<'_> {
             PushKind::Unsubscribe | PushKind::SUnsubscribe
                 if self.unsubscribing.contains_key(&channel) =>
             {
-                // The confirmation of an unsubscribe of ours (they come back in order).
-                if let Some((owed, _)) = self.unsubscribing.get_mut(&channel) {
-                    *owed -= 1;
-                    if *owed == 0 {
-                        self.unsubscribing.remove(&channel);
-                        self.uncount_unless_mine(&channel);
-                    }
-                }
+                self.unsubscribe_confirmed(&channel);
             }
             PushKind::SUnsubscribe if self.mine.contains(&channel) => {
-                // The server ended it: the slot moved (a failover demoted this master, or a
-                // resharding). Subscribe where the channel is now, and let its waiters look
-                // again, since releases may have been missed meanwhile.
-                self.mine.remove(&channel);
-                self.pending.remove(&channel);
-                self.uncount(&channel);
-                let topology = self.shared.store.topology();
-                topology.refresh(topology.map().generation);
-                if let Some(waiters) = self.shared.waiters(&channel) {
-                    waiters.release_all();
-                    self.shared
-                        .send(&channel, Order::Subscribe(channel.clone()));
-                }
+                self.unsubscribed_by_server(&channel);
             }
             _ => {}
+        }
+    }
+
+    fn error_reply(&self, err: &ServerError) {
+        // Which subscription it answers is not said: the late-confirmation check sorts
+        // it out within a response timeout, and logs a subscription really lost. A
+        // MOVED is a slot that moved (a resharding, a failover): routine.
+        if err.code() == "MOVED" {
+            log::debug!("pub/sub listener for {}: {err:?}", self.addr);
+        } else {
+            log::warn!("pub/sub listener for {}: {err:?}", self.addr);
+        }
+    }
+
+    /// A message on a waited channel: a grant to one waiter, or a release that wakes some.
+    fn message(&self, channel: &str, payload: &[u8]) {
+        self.shared.count_message(channel);
+        let Some(waiters) = self.shared.waiters(channel) else {
+            return;
+        };
+        if let Some(number) = grant_number(channel, payload) {
+            if waiters.grant(number) {
+                self.shared.store.counters.wakeup();
+            }
+            return;
+        }
+        let wake = Wake::of(channel, payload);
+        if wake != Wake::Nobody {
+            // Counted first: a woken waiter's caller may look at the stats.
+            self.shared.store.counters.wakeup();
+        }
+        wake.apply(&waiters);
+    }
+
+    /// The confirmation of an unsubscribe of ours (they come back in order).
+    fn unsubscribe_confirmed(&mut self, channel: &str) {
+        if let Some((owed, _)) = self.unsubscribing.get_mut(channel) {
+            *owed -= 1;
+            if *owed == 0 {
+                self.unsubscribing.remove(channel);
+                self.uncount_unless_mine(channel);
+            }
+        }
+    }
+
+    /// The server ended a subscription: the slot moved (a failover demoted this master, or a
+    /// resharding). Subscribe where the channel is now, and let its waiters look again, since
+    /// releases may have been missed meanwhile.
+    fn unsubscribed_by_server(&mut self, channel: &str) {
+        self.mine.remove(channel);
+        self.pending.remove(channel);
+        self.uncount(channel);
+        let topology = self.shared.store.topology();
+        topology.refresh(topology.map().generation);
+        if let Some(waiters) = self.shared.waiters(channel) {
+            waiters.release_all();
+            self.shared
+                .send(channel, Order::Subscribe(channel.to_owned()));
         }
     }
 }

@@ -198,6 +198,26 @@ impl RedLock {
         if let Some(wait) = wait {
             check_wait(wait)?;
         }
+        self.check_locks()?;
+        let stop = self.stop(token);
+        stop.check()?; // nothing is sent
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let mut round = 0u64;
+        loop {
+            // A round is one attempt per master, each bounded by a response timeout: the
+            // stop is looked at between rounds, and a round won as it came is given back.
+            if let Some(guard) = self.round(lease)? {
+                return keep_unless_stopped(guard, &stop).map(Some);
+            }
+            round += 1;
+            if !pause_between_rounds(round, deadline, &stop)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Refuses a set of locks on which `lock` would spin forever: none, or one lock twice.
+    fn check_locks(&self) -> Result<()> {
         if self.locks.is_empty() {
             // No round could ever reach a quorum: `lock` would spin forever.
             return Err(Error::invalid(
@@ -223,37 +243,7 @@ impl RedLock {
                 ));
             }
         }
-        let stop = self.stop(token);
-        stop.check()?; // nothing is sent
-        let deadline = wait.map(|wait| Instant::now() + wait);
-        let mut round = 0u64;
-        loop {
-            // A round is one attempt per master, each bounded by a response timeout: the
-            // stop is looked at between rounds, and a round won as it came is given back.
-            if let Some(guard) = self.round(lease)? {
-                if let Err(err) = stop.check() {
-                    if let Err(release) = guard.unlock() {
-                        log::debug!(
-                            "redlock: releasing a round won as the wait was stopped: {release}"
-                        );
-                    }
-                    return Err(err);
-                }
-                return Ok(Some(guard));
-            }
-            round += 1;
-            let pause = Duration::from_millis(BACKOFF_MIN_MS + jitter(round) % BACKOFF_SPREAD_MS);
-            match deadline {
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    stop.sleep(pause.min(left))?;
-                }
-                None => stop.sleep(pause)?,
-            }
-        }
+        Ok(())
     }
 
     /// What ends a wait: the caller's token and the shutdown of every master's manager.
@@ -269,10 +259,26 @@ impl RedLock {
     /// One round: every master tried at once; a guard if it won, `None` if it lost, the
     /// error if more than N/2 masters errored.
     fn round(&self, lease: Lease) -> Result<Option<RedLockGuard>> {
-        let options = AcquireOptions::new().wait(Duration::ZERO).lease(lease);
+        let tasks = self.attempts(lease);
         let started = Instant::now();
-        let tasks = self
-            .locks
+        let attempts = fan_out::run_all(tasks);
+        let elapsed = started.elapsed();
+        let tally = self.tally(attempts);
+        let validity = validity(lease, elapsed, &tally.members);
+        if tally.members.len() >= self.quorum() && !validity.is_zero() {
+            return Ok(Some(self.won(tally, lease, validity)));
+        }
+        release_everywhere(tally.members, tally.owners, &tally.missed, lease);
+        if tally.errors > self.locks.len() / 2 {
+            return Err(tally.first_error.expect("errors were counted"));
+        }
+        Ok(None)
+    }
+
+    /// One attempt per master, none of them waiting.
+    fn attempts(&self, lease: Lease) -> Vec<Task<Attempt>> {
+        let options = AcquireOptions::new().wait(Duration::ZERO).lease(lease);
+        self.locks
             .iter()
             .map(|lock| {
                 let attempting = lock.clone();
@@ -284,30 +290,34 @@ impl RedLock {
                     (attempt, crate::owner::current_thread_number())
                 })
             })
-            .collect();
-        let attempts = fan_out::run_all(tasks);
-        let elapsed = started.elapsed();
-        let quorum = self.quorum();
-        let mut members = Vec::with_capacity(self.locks.len());
-        let mut owners = Vec::with_capacity(self.locks.len());
-        let mut missed = Vec::new();
-        let mut first_error = None;
-        let mut errors = 0;
+            .collect()
+    }
+
+    /// Sorts a round's attempts (in the order of `self.locks`) into holds won, masters
+    /// missed, and errors.
+    fn tally(&self, attempts: Vec<std::io::Result<Attempt>>) -> Tally<'_> {
+        let mut tally = Tally {
+            members: Vec::with_capacity(self.locks.len()),
+            owners: Vec::with_capacity(self.locks.len()),
+            missed: Vec::new(),
+            first_error: None,
+            errors: 0,
+        };
         for (lock, attempt) in self.locks.iter().zip(attempts) {
             match attempt {
                 Ok((Ok(Some(guard)), thread)) => {
-                    members.push(guard);
-                    owners.push(thread);
+                    tally.members.push(guard);
+                    tally.owners.push(thread);
                 }
-                Ok((Ok(None), thread)) => missed.push(Missed {
+                Ok((Ok(None), thread)) => tally.missed.push(Missed {
                     lock,
                     thread,
                     errored: false,
                 }),
                 Ok((Err(err), thread)) => {
-                    errors += 1;
-                    first_error.get_or_insert(err);
-                    missed.push(Missed {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(err);
+                    tally.missed.push(Missed {
                         lock,
                         thread,
                         errored: true,
@@ -315,37 +325,80 @@ impl RedLock {
                 }
                 // No thread could run the attempt: nothing was sent.
                 Err(source) => {
-                    errors += 1;
-                    first_error.get_or_insert(Error::ThreadSpawn { source });
+                    tally.errors += 1;
+                    tally
+                        .first_error
+                        .get_or_insert(Error::ThreadSpawn { source });
                 }
             }
         }
-        let validity = validity(lease, elapsed, &members);
-        if members.len() >= quorum && !validity.is_zero() {
-            // An attempt that errored may have left a hold, which expires with its lease.
-            for missed in &missed {
-                let until = missed
-                    .errored
-                    .then(|| hold_expiry(missed.lock, fixed(lease)));
-                fan_out::end_claim(missed.lock, missed.thread, until);
-            }
-            return Ok(Some(RedLockGuard {
-                members,
-                owners,
-                quorum,
-                masters: self.locks.len(),
-                validity: match lease {
-                    Lease::Fixed(_) => Some(validity),
-                    Lease::Watchdog => None,
-                },
-            }));
-        }
-        release_everywhere(members, owners, &missed, lease);
-        if errors > self.locks.len() / 2 {
-            return Err(first_error.expect("errors were counted"));
-        }
-        Ok(None)
+        tally
     }
+
+    /// The guard of a round that won a quorum; the missed masters' workers are let go.
+    fn won(&self, tally: Tally<'_>, lease: Lease, validity: Duration) -> RedLockGuard {
+        // An attempt that errored may have left a hold, which expires with its lease.
+        for missed in &tally.missed {
+            let until = missed
+                .errored
+                .then(|| hold_expiry(missed.lock, fixed(lease)));
+            fan_out::end_claim(missed.lock, missed.thread, until);
+        }
+        RedLockGuard {
+            members: tally.members,
+            owners: tally.owners,
+            quorum: self.quorum(),
+            masters: self.locks.len(),
+            validity: match lease {
+                Lease::Fixed(_) => Some(validity),
+                Lease::Watchdog => None,
+            },
+        }
+    }
+}
+
+/// What one attempt came to, and the thread it ran on (the owner of a hold it took).
+type Attempt = (Result<Option<LockGuard>>, u64);
+
+/// A round's attempts, sorted.
+struct Tally<'a> {
+    /// The holds won, one per master that granted the lock.
+    members: Vec<LockGuard>,
+    /// The thread each member's hold was taken on: its owner.
+    owners: Vec<u64>,
+    missed: Vec<Missed<'a>>,
+    first_error: Option<Error>,
+    /// How many masters failed with an error.
+    errors: usize,
+}
+
+/// A won round's guard, unless the wait was stopped as it came: then its holds are given
+/// back and the stop's error returned.
+fn keep_unless_stopped(guard: RedLockGuard, stop: &Stop) -> Result<RedLockGuard> {
+    if let Err(err) = stop.check() {
+        if let Err(release) = guard.unlock() {
+            log::debug!("redlock: releasing a round won as the wait was stopped: {release}");
+        }
+        return Err(err);
+    }
+    Ok(guard)
+}
+
+/// Sleeps a short, varied pause before round number `round`, cut short by the `deadline`;
+/// `false` when the deadline has passed (then there is no next round).
+fn pause_between_rounds(round: u64, deadline: Option<Instant>, stop: &Stop) -> Result<bool> {
+    let pause = Duration::from_millis(BACKOFF_MIN_MS + jitter(round) % BACKOFF_SPREAD_MS);
+    match deadline {
+        Some(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            stop.sleep(pause.min(left))?;
+        }
+        None => stop.sleep(pause)?,
+    }
+    Ok(true)
 }
 
 /// A master whose attempt in a round took no guard.

@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis_rlock::{AcquireOptions, CancelToken, Lease, LockGuard, LockManager};
+use redis_rlock::{AcquireOptions, CancelToken, Lease, Lock, LockGuard, LockManager};
 use rustix::process::{kill_process, Pid, Signal};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -72,17 +72,52 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
     // A signal while waiting cancels the wait, which then ends within milliseconds and
     // leaves nothing behind (no hold, no place in a queue).
     let cancel = CancelToken::new();
+    let acquired = start_acquire(&lock, acquire_options(&settings, &cancel))?;
+    let progress = Progress::start(url, &settings.name);
+    let waited = wait_for_acquire(&acquired, &signals);
+    if let Some(progress) = progress {
+        progress.finish();
+    }
+    let outcome = match waited {
+        Waited::Acquired(outcome) => outcome,
+        Waited::Signal(signal) => {
+            return Ok(stop_waiting(signal, &cancel, &acquired, &settings, url));
+        }
+    };
+    let guard = match outcome.map_err(fail)? {
+        Some(guard) => guard,
+        None => return Ok(gave_up(&settings, url)),
+    };
+    run_holding(guard, &settings, &signals, url)
+}
+
+/// What the acquire thread answers.
+type Acquired = redis_rlock::Result<Option<LockGuard>>;
+
+/// How the wait for the lock ended.
+enum Waited {
+    Acquired(Acquired),
+    /// A signal came first: its number.
+    Signal(i32),
+}
+
+/// The acquire's options: `settings`' wait, lease and fencing, and `cancel` to end it.
+fn acquire_options(settings: &RunSettings, cancel: &CancelToken) -> AcquireOptions {
     let mut options = AcquireOptions::new()
         .fenced(settings.fenced)
-        .cancel_token(&cancel);
+        .cancel_token(cancel);
     if let Some(wait) = settings.wait {
         options = options.wait(wait);
     }
     if let Some(lease) = settings.lease {
         options = options.lease(Lease::Fixed(lease));
     }
-    // The acquire blocks (woken by the holder's unlock message), so it gets a thread of its
-    // own and this one stays free to answer signals while it waits.
+    options
+}
+
+/// Starts acquiring `lock`. The acquire blocks (woken by the holder's unlock message), so it
+/// gets a thread of its own and this one stays free to answer signals while it waits.
+fn start_acquire(lock: &Lock, options: AcquireOptions) -> Result<Receiver<Acquired>, Failure> {
     let (acquired_tx, acquired) = crossbeam_channel::bounded(1);
     let acquiring = lock.clone();
     std::thread::Builder::new()
@@ -91,51 +126,60 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
             let _ = acquired_tx.send(acquiring.acquire(options));
         })
         .map_err(|err| Failure::new(exit::OS, format!("cannot start a thread: {err}")))?;
+    Ok(acquired)
+}
 
-    let progress = Progress::start(url, &settings.name);
-    let outcome = loop {
+/// Waits for the acquire to answer or a signal to end the wait, whichever comes first.
+fn wait_for_acquire(acquired: &Receiver<Acquired>, signals: &Receiver<Origin>) -> Waited {
+    loop {
         select! {
-            recv(acquired) -> outcome => break outcome.expect("the acquire thread always answers"),
+            recv(acquired) -> outcome => {
+                return Waited::Acquired(outcome.expect("the acquire thread always answers"));
+            }
             recv(signals) -> origin => {
                 let origin = origin.expect("the signal thread runs as long as the process");
                 if origin.signal == SIGCHLD {
                     continue; // no child yet: someone else's business
                 }
-                if let Some(progress) = progress {
-                    progress.finish();
-                }
-                note!(
-                    "{} while waiting for {:?}; the command was not run",
-                    signal_name(origin.signal),
-                    settings.name
-                );
-                // The cancelled acquire returns once its request in flight, if any, is
-                // answered (a response timeout at most), giving back what it took; an acquire
-                // that completed just before is released here.
-                cancel.cancel();
-                if let Ok(Ok(Some(guard))) = acquired.recv_timeout(CANCEL_BUDGET) {
-                    release(guard, &settings.name, url);
-                }
-                return Ok(128 + origin.signal as u8);
+                return Waited::Signal(origin.signal);
             }
         }
-    };
-    if let Some(progress) = progress {
-        progress.finish();
     }
-    let guard = match outcome.map_err(fail)? {
-        Some(guard) => guard,
-        None => {
-            let waited = match settings.wait {
-                Some(wait) if !wait.is_zero() => format!("waited {}", show(wait)),
-                _ => "--wait 0: one attempt".into(),
-            };
-            let holder = describe_holder(url, &settings.name);
-            note!("{:?} is {holder}; gave up ({waited})", settings.name);
-            return Ok(settings.conflict_exit_code);
-        }
+}
+
+/// A signal came while waiting: cancels the wait and gives back whatever it took. Returns
+/// the exit code, 128 + the signal, as a shell reports a command the signal ended.
+fn stop_waiting(
+    signal: i32,
+    cancel: &CancelToken,
+    acquired: &Receiver<Acquired>,
+    settings: &RunSettings,
+    url: &str,
+) -> u8 {
+    note!(
+        "{} while waiting for {:?}; the command was not run",
+        signal_name(signal),
+        settings.name
+    );
+    // The cancelled acquire returns once its request in flight, if any, is
+    // answered (a response timeout at most), giving back what it took; an acquire
+    // that completed just before is released here.
+    cancel.cancel();
+    if let Ok(Ok(Some(guard))) = acquired.recv_timeout(CANCEL_BUDGET) {
+        release(guard, &settings.name, url);
+    }
+    128 + signal as u8
+}
+
+/// The wait passed without the lock: says who holds it, and returns the conflict exit code.
+fn gave_up(settings: &RunSettings, url: &str) -> u8 {
+    let waited = match settings.wait {
+        Some(wait) if !wait.is_zero() => format!("waited {}", show(wait)),
+        _ => "--wait 0: one attempt".into(),
     };
-    run_holding(guard, &settings, &signals, url)
+    let holder = describe_holder(url, &settings.name);
+    note!("{:?} is {holder}; gave up ({waited})", settings.name);
+    settings.conflict_exit_code
 }
 
 /// Runs the command while `guard` holds the lock, then releases it.
@@ -211,8 +255,7 @@ fn watch(
     let never = crossbeam_channel::never();
     let mut lost_signal = Some(lost);
     let mut lost_noticed = false;
-    // When to send SIGKILL, and the signal the command was asked to stop with.
-    let mut kill_at: Option<(Instant, &str)> = None;
+    let mut kill_at: KillAt = None;
     loop {
         if let Some(status) = child
             .try_wait()
@@ -220,16 +263,7 @@ fn watch(
         {
             return Ok((status, lost_noticed));
         }
-        if let Some((at, asked_with)) = kill_at {
-            if Instant::now() >= at {
-                note!(
-                    "the command is still running {} after {asked_with}; sending SIGKILL",
-                    show(settings.kill_after)
-                );
-                send(pid, Signal::KILL);
-                kill_at = None;
-            }
-        }
+        kill_at = kill_if_due(kill_at, pid, settings);
         let timeout = kill_at.map_or(CHILD_CHECK, |(at, _)| {
             at.saturating_duration_since(Instant::now())
                 .min(CHILD_CHECK)
@@ -237,18 +271,8 @@ fn watch(
         select! {
             recv(signals) -> origin => {
                 let origin = origin.expect("the signal thread runs as long as the process");
-                if origin.signal != SIGCHLD && sent_by_a_process(&origin) {
-                    if let Some(signal) = Signal::from_named_raw(origin.signal) {
-                        send(pid, signal);
-                    }
-                    // Whoever sent it (systemd, a CI runner, timeout(1)) wants the command
-                    // gone and the lock free: a command that ignores it is killed after
-                    // --kill-after, as on a lost lock. A first deadline is kept.
-                    kill_at = kill_at.or(Some((
-                        Instant::now() + settings.kill_after,
-                        signal_name(origin.signal),
-                    )));
-                }
+                // A first deadline is kept.
+                kill_at = kill_at.or(forward(&origin, pid, settings));
             }
             recv(lost_signal.unwrap_or(&never)) -> message => match message {
                 Ok(()) => {
@@ -263,6 +287,42 @@ fn watch(
             default(timeout) => {}
         }
     }
+}
+
+/// When to send SIGKILL, and the signal the command was asked to stop with.
+type KillAt = Option<(Instant, &'static str)>;
+
+/// Sends SIGKILL if its time has come; returns the deadline still ahead, if any.
+fn kill_if_due(kill_at: KillAt, pid: Pid, settings: &RunSettings) -> KillAt {
+    if let Some((at, asked_with)) = kill_at {
+        if Instant::now() >= at {
+            note!(
+                "the command is still running {} after {asked_with}; sending SIGKILL",
+                show(settings.kill_after)
+            );
+            send(pid, Signal::KILL);
+            return None;
+        }
+    }
+    kill_at
+}
+
+/// Passes a signal that a process sent on to the command (see `sent_by_a_process`); returns
+/// when to send SIGKILL if the command is still running then.
+fn forward(origin: &Origin, pid: Pid, settings: &RunSettings) -> KillAt {
+    if origin.signal == SIGCHLD || !sent_by_a_process(origin) {
+        return None;
+    }
+    if let Some(signal) = Signal::from_named_raw(origin.signal) {
+        send(pid, signal);
+    }
+    // Whoever sent it (systemd, a CI runner, timeout(1)) wants the command
+    // gone and the lock free: a command that ignores it is killed after
+    // --kill-after, as on a lost lock.
+    Some((
+        Instant::now() + settings.kill_after,
+        signal_name(origin.signal),
+    ))
 }
 
 /// What a lost signal may mean; it does not say which.

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use redis_rlock::LockManager;
+use redis_rlock::{Lock, LockManager};
 
 use crate::exit::{self, Failure};
 use crate::status::{self, Snapshot};
@@ -33,35 +33,8 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
     let manager = LockManager::new(url).map_err(fail)?;
     let lock = manager.get_lock(name);
     if confirm {
-        // Show what would be deleted; also refuses a key that is not a lock (another type, or
-        // a hash of data) before asking.
-        if !lock.is_locked().map_err(fail)? {
-            say!("lock {name:?} is not held; nothing to unlock");
-            return Ok(0);
-        }
-        let mut conn = status::connect(url, name)?;
-        let snapshot = Snapshot::read(&mut conn, name)
-            .map_err(|err| Failure::from_redis_error(err, name, url))?;
-        if snapshot.is_data() {
-            return Err(Failure::new(
-                exit::DATA,
-                format!(
-                    "the key {name:?} holds a hash whose fields are not hold counts: not a lock"
-                ),
-            ));
-        }
-        let mut stderr = std::io::stderr();
-        let _ = write!(
-            stderr,
-            "lock {name:?} is {}.\nDelete it? Its holder finds out only at its next renewal. [y/N] ",
-            snapshot.describe()
-        );
-        let _ = stderr.flush();
-        let mut answer = String::new();
-        let read = std::io::stdin().lock().read_line(&mut answer);
-        if read.is_err() || !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            note!("not unlocked");
-            return Ok(DECLINED);
+        if let Some(code) = ask_to_delete(&lock, url, name)? {
+            return Ok(code);
         }
     }
     if lock.force_unlock().map_err(fail)? {
@@ -70,4 +43,47 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
         say!("lock {name:?} was not held; nothing to unlock");
     }
     Ok(0)
+}
+
+/// Shows what would be deleted and asks at the terminal. `Some(exit code)` when the unlock
+/// ends here: the lock is not held, or the answer was not yes.
+fn ask_to_delete(lock: &Lock, url: &str, name: &str) -> Result<Option<u8>, Failure> {
+    // Show what would be deleted; also refuses a key that is not a lock (another type, or
+    // a hash of data) before asking.
+    if !lock
+        .is_locked()
+        .map_err(|err| Failure::from_lock_error(err, url))?
+    {
+        say!("lock {name:?} is not held; nothing to unlock");
+        return Ok(Some(0));
+    }
+    let snapshot = read_lock(url, name)?;
+    let mut stderr = std::io::stderr();
+    let _ = write!(
+        stderr,
+        "lock {name:?} is {}.\nDelete it? Its holder finds out only at its next renewal. [y/N] ",
+        snapshot.describe()
+    );
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    let read = std::io::stdin().lock().read_line(&mut answer);
+    if read.is_err() || !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        note!("not unlocked");
+        return Ok(Some(DECLINED));
+    }
+    Ok(None)
+}
+
+/// Who holds the lock `name`; refuses a hash of data.
+fn read_lock(url: &str, name: &str) -> Result<Snapshot, Failure> {
+    let mut conn = status::connect(url, name)?;
+    let snapshot =
+        Snapshot::read(&mut conn, name).map_err(|err| Failure::from_redis_error(err, name, url))?;
+    if snapshot.is_data() {
+        return Err(Failure::new(
+            exit::DATA,
+            format!("the key {name:?} holds a hash whose fields are not hold counts: not a lock"),
+        ));
+    }
+    Ok(snapshot)
 }
