@@ -8,6 +8,14 @@
 //! and after a pooled connection died, where it most likely did not run (docs/DESIGN.md,
 //! "Never twice blindly"); a timeout never is. With replica sync on, acquires and releases
 //! wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
+//!
+//! This file holds the store itself and its core: connecting, routing a command to its
+//! master, sending it and following redirections and failovers. The rest is in its own file:
+//! - `reentrant`: the reentrant lock's protocol, and the replies every kind shares;
+//! - `latches`: the latches that make releases safe to send again;
+//! - `resend`: whether a failed command is sent again, and how failures are told;
+//! - `replicas`: waiting for replicas' acknowledgements (replica sync);
+//! - `renewal`: the watchdog's renewal sweeps, one pipeline per master.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,145 +26,29 @@ use redis::{Connection, ErrorKind, RedisError, RedisResult};
 
 use crate::config::Config;
 use crate::endpoints::Endpoints;
-use crate::error::{server_code, Error, Result};
-use crate::names::LockKeys;
+use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::topology::Topology;
 
+mod latches;
+mod reentrant;
 mod renewal;
+mod replicas;
+mod resend;
 
-/// Redis allows many keys per script call, but a renewal script runs while the server does
-/// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
-const RENEW_KEYS_PER_CALL: usize = 100;
+pub(crate) use reentrant::{Attempt, Listeners, Release, Waiting, UNLOCK_MESSAGE};
+pub(crate) use resend::is_not_local;
+use resend::{
+    is_broken, is_dead_connection, is_idempotent, is_replicated_operation, is_unreachable,
+    may_repeat, Failed,
+};
 
-/// The message published when a lock is released: Java parses it as a number, and `0` is
-/// Redisson's "unlocked" (wakes one waiter).
-pub(crate) const UNLOCK_MESSAGE: &str = "0";
-
-/// What an acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// The lock is ours (new, or one more hold), with its fencing token if fenced.
-    Acquired { token: Option<u64> },
-    /// Someone else holds it; their remaining lease in ms, or `None` when the key has no TTL
-    /// (only a foreign writer can leave it like that).
-    HeldByOther(Option<u64>),
-}
-
-impl Attempt {
-    pub(crate) fn is_acquired(self) -> bool {
-        matches!(self, Attempt::Acquired { .. })
-    }
-
-    /// The acquire script's reply: nil when acquired, else the holder's PTTL.
-    pub(crate) fn from_reply(pttl: Option<i64>) -> Self {
-        match pttl {
-            None => Attempt::Acquired { token: None },
-            Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
-        }
-    }
-
-    /// The fenced acquire script's reply: `[token]` when acquired, else the holder's PTTL.
-    pub(crate) fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
-        use redis::Value;
-        match reply {
-            Value::Int(ms) => Ok(Attempt::HeldByOther(u64::try_from(ms).ok())),
-            Value::Array(items) => {
-                let token: String = match items.as_slice() {
-                    [item] => redis::from_redis_value_ref(item)?,
-                    _ => String::new(),
-                };
-                let token = token.parse::<u64>().map_err(|_| {
-                    RedisError::from((
-                        ErrorKind::Parse,
-                        "the fencing token counter does not hold a non-negative integer",
-                    ))
-                })?;
-                Ok(Attempt::Acquired { token: Some(token) })
-            }
-            other => Err(RedisError::from((
-                ErrorKind::Parse,
-                "unexpected reply to the fenced acquire",
-                format!("{other:?}"),
-            ))),
-        }
-    }
-}
-
-/// How long a waiter's registration outlives the moment it is due to look again (its
-/// holder's TTL, or its wait's end), for the scheduling and the round trip in between: a
-/// registration that lapses early only means that the waiter is not granted the lock.
-const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
-
-/// A waiter's registration, as an acquire attempt sends it (docs/DESIGN.md, "Grants").
-pub(crate) struct Waiting {
-    /// The wait's number, published when a release grants it the lock.
-    pub(crate) number: u64,
-    /// How long the waiter still waits at most, in ms (`None`: without limit).
-    pub(crate) left_ms: Option<u64>,
-    /// The control channel of the manager's listener on the lock's server, by which a
-    /// release tells that the waiter's manager still listens.
-    pub(crate) control: String,
-}
-
-/// Which of a lock channel's subscribers a release counts as nobody waiting.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Listeners {
-    /// How many subscribers to disregard before the lock is left free for the others
-    /// (this client's own listener, or all of them while yields are suspended).
-    pub(crate) ignored: u64,
-    /// Whether this client's own listener is subscribed (never a waiter to grant to).
-    pub(crate) own: bool,
-}
-
-/// What a release found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The last hold was released; nobody else was told, and no handoff was asked for.
-    Released,
-    /// The last hold was released and the lock acquired for the next local owner.
-    HandedOver,
-    /// The last hold was released and someone besides this client heard the unlock: the lock
-    /// was left free for them.
-    LeftForOthers,
-    /// The last hold was released and the lock granted to a registered waiter of another
-    /// client (docs/DESIGN.md, "Grants").
-    Granted,
-    /// One hold fewer; the owner still holds the lock.
-    StillHeld,
-    /// The owner held no hold: expired, force-unlocked, or someone else's.
-    NotHeld,
-}
-
-impl Release {
-    /// The release script's reply (see `RELEASE` in scripts.rs); other kinds' release
-    /// scripts reply in the same codes.
-    pub(crate) fn from_reply(reply: Option<i64>) -> Self {
-        match reply {
-            None => Release::NotHeld,
-            Some(0) => Release::StillHeld,
-            Some(2) => Release::HandedOver,
-            Some(3) => Release::LeftForOthers,
-            Some(4) => Release::Granted,
-            Some(_) => Release::Released,
-        }
-    }
-}
-
-/// Above this many locks remembered, the latches of earlier releases are forgotten (they
-/// expire by themselves): the memory stays bounded however many names are used.
-const LATCHES_REMEMBERED: usize = 1024;
-/// At most this many latches of one lock wait for deletion (overlapping releases).
-const LATCHES_PER_LOCK: usize = 8;
-
-/// How often acquires and releases count a master's replicas again (with `ROLE`) while
-/// replica sync is on.
-const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
 /// How many MOVED or ASK redirections one command follows before giving up.
 const REDIRECTS_MAX: u32 = 5;
+
 /// How long to wait before asking again while a failover is under way (CLUSTERDOWN,
 /// TRYAGAIN, a refused connection to a master that just died).
 const FAILOVER_RETRY: Duration = Duration::from_millis(50);
@@ -287,231 +179,15 @@ impl LockStore {
             .and_then(|pool| pool.connect_listener(self.pubsub_protocol))
     }
 
-    /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
-    /// on, and the master has replicas, as last counted).
-    pub(crate) fn waits_for_replicas(&self, name: &str) -> bool {
-        self.replica_sync.is_some()
-            && self
-                .topology
-                .route(name)
-                .is_ok_and(|(pool, _)| pool.replicas() > 0 && pool.knows_wait())
-    }
-
     /// The deployment's topology (for the listener, which follows the masters too).
     pub(crate) fn topology(&self) -> &Topology {
         &self.topology
-    }
-
-    /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
-    /// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
-    /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
-    ///
-    /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
-    /// release made to it (docs/DESIGN.md, "Grants") instead of counting a second hold. With
-    /// `waiting` (always fresh), an attempt that finds the lock held registers the caller as a
-    /// waiter that a release may grant the lock to.
-    pub(crate) fn try_acquire(
-        &self,
-        keys: &LockKeys,
-        lease_ms: u64,
-        owner: &str,
-        attempt_id: &str,
-        fresh: bool,
-        waiting: Option<&Waiting>,
-    ) -> Result<Attempt> {
-        let mut call = self.acquire_call(
-            keys,
-            lease_ms,
-            owner,
-            attempt_id,
-            false,
-            fresh || waiting.is_some(),
-        );
-        if let Some(waiting) = waiting {
-            call.arg(waiting.number)
-                .arg(waiting.left_ms.map_or(String::new(), |ms| ms.to_string()))
-                .arg(REGISTRATION_MARGIN.as_millis() as u64)
-                .arg(&waiting.control);
-        }
-        let pttl: Option<i64> = self.run_attempt(
-            &keys.name,
-            |conn| query_loading_scripts(conn, |conn| call.query(conn)),
-            Option::is_none,
-        )?;
-        Ok(Attempt::from_reply(pttl))
-    }
-
-    /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire) (without waiting),
-    /// and on success the lock's fencing counter is incremented and the new token returned.
-    pub(crate) fn try_acquire_fenced(
-        &self,
-        keys: &LockKeys,
-        lease_ms: u64,
-        owner: &str,
-        attempt_id: &str,
-        fresh: bool,
-    ) -> Result<Attempt> {
-        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true, fresh);
-        self.run_attempt(
-            &keys.name,
-            |conn| {
-                let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
-                Attempt::from_fenced_reply(reply)
-            },
-            |attempt| attempt.is_acquired(),
-        )
-    }
-
-    /// `EVALSHA` of the acquire script up to `ARGV[4]`, or with `fenced` of the fenced one,
-    /// naming the waiters hash with `waiters` (see `scripts.rs` for their KEYS and ARGV: the
-    /// fenced one has the counter as `KEYS[2]`, the waiters hash as `KEYS[4]`). The waiters
-    /// hash is named only where needed: during a slot migration, a key missing on the target
-    /// holds a call back with TRYAGAIN, and re-entries must go on then.
-    fn acquire_call(
-        &self,
-        keys: &LockKeys,
-        lease_ms: u64,
-        owner: &str,
-        attempt_id: &str,
-        fenced: bool,
-        waiters: bool,
-    ) -> redis::Cmd {
-        let mut call = redis::cmd("EVALSHA");
-        if fenced {
-            call.arg(self.scripts.fenced_acquire.get_hash())
-                .arg(3 + u8::from(waiters))
-                .arg(&*keys.name)
-                .arg(keys.token_key())
-                .arg(keys.attempt_marker(owner));
-        } else {
-            call.arg(self.scripts.acquire.get_hash())
-                .arg(2 + u8::from(waiters))
-                .arg(&*keys.name)
-                .arg(keys.attempt_marker(owner));
-        }
-        if waiters {
-            call.arg(keys.waiters_key());
-        }
-        call.arg(lease_ms)
-            .arg(owner)
-            .arg(attempt_id)
-            .arg(self.latch_ttl_ms);
-        call
-    }
-
-    /// Releases one hold of `owner` (holds that remain get `lease_ms`). On the last, the lock
-    /// is granted to the first registered waiter of another client when every subscriber of
-    /// its channel but this client's own listener (`own_listener`) is such a waiter
-    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `ignored_listeners` of the
-    /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
-    /// same script call: the handoff to the next local thread.
-    ///
-    /// Idempotent: when the reply is lost (a timeout, a broken connection) the call is sent
-    /// once more with the same latch, and gets the first call's answer if that one ran (the
-    /// handoff included: it is never done twice, nor reported undone when it was done).
-    pub(crate) fn release(
-        &self,
-        keys: &LockKeys,
-        lease_ms: u64,
-        owner: &str,
-        listeners: Listeners,
-        next: Option<(&str, u64)>,
-    ) -> Result<Release> {
-        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
-        let reply = self.release_with_latch(keys, |conn, latch, previous| {
-            let mut call = redis::cmd("EVALSHA");
-            call.arg(self.scripts.release.get_hash())
-                .arg(4 + previous.len())
-                .arg(&*keys.name)
-                .arg(keys.channel())
-                .arg(latch)
-                .arg(keys.waiters_key())
-                .arg(previous);
-            call.arg(UNLOCK_MESSAGE)
-                .arg(lease_ms)
-                .arg(owner)
-                .arg(self.publish_command)
-                .arg(self.latch_ttl_ms)
-                .arg(listeners.ignored)
-                .arg(next_owner)
-                .arg(next_lease_ms)
-                .arg(u64::from(listeners.own))
-                .arg(self.numsub_command);
-            query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
-        })?;
-        Ok(Release::from_reply(reply))
-    }
-
-    /// Takes `owner`'s registration as a waiter with `number` out of the lock's waiters
-    /// (see `STOP_WAITING`): `true` when a release had granted it the lock meanwhile, which
-    /// it then holds with a lease of `lease_ms` from now.
-    pub(crate) fn stop_waiting(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        number: u64,
-        lease_ms: u64,
-    ) -> Result<bool> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.stop_waiting.get_hash())
-            .arg(2)
-            .arg(&*keys.name)
-            .arg(keys.waiters_key())
-            .arg(owner)
-            .arg(number)
-            .arg(lease_ms);
-        let granted: i64 = self.run("stop waiting", &keys.name, 1, |conn| {
-            query_loading_scripts(conn, |conn| call.query(conn))
-        })?;
-        Ok(granted == 1)
     }
 
     /// Whether releases of this deployment's locks may grant them to registered waiters
     /// (see `numsub_command`).
     pub(crate) fn grants_possible(&self) -> bool {
         !self.numsub_command.is_empty()
-    }
-
-    /// Runs one release script call made idempotent by a latch (see `RELEASE`): `call` gets
-    /// a connection, this call's new latch key and the latches of this client's earlier
-    /// releases of the lock, which the script deletes. When the reply is lost (a timeout, a
-    /// broken connection) the call is sent once more with the same latch, and gets the first
-    /// call's answer if that one ran. Every kind's release goes through here.
-    pub(crate) fn release_with_latch<T>(
-        &self,
-        keys: &LockKeys,
-        call: impl Fn(&mut Connection, &str, &[String]) -> RedisResult<T>,
-    ) -> Result<T> {
-        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
-        let previous = self
-            .last_latch
-            .lock()
-            .remove(&*keys.name)
-            .unwrap_or_default();
-        let send = || {
-            self.run("release", &keys.name, 1, |conn| {
-                call(conn, &latch, &previous)
-            })
-        };
-        let reply = match send() {
-            Err(err) if is_lost_reply(&err) => {
-                log::debug!("release of {:?}: {err}; sending it again", keys.name);
-                // The first send may still reach the server after this one (a retransmission,
-                // a proxy): its latch must outlive it, so it is left to expire, not deleted.
-                return send();
-            }
-            other => other?,
-        };
-        let mut latches = self.last_latch.lock();
-        if latches.len() >= LATCHES_REMEMBERED {
-            latches.clear();
-        }
-        let pending = latches.entry(keys.name.clone()).or_default();
-        if pending.len() >= LATCHES_PER_LOCK {
-            pending.remove(0); // it expires by itself
-        }
-        pending.push(latch);
-        Ok(reply)
     }
 
     /// The command that publishes unlock messages (`publish` on a single server).
@@ -528,6 +204,11 @@ impl LockStore {
     /// How long an unlock latch lives, in ms.
     pub(crate) fn latch_ttl_ms(&self) -> u64 {
         self.latch_ttl_ms
+    }
+
+    /// How long one command may wait for its reply.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.response_timeout
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
@@ -555,105 +236,6 @@ impl LockStore {
         )
     }
 
-    /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`: 100 keys per script
-    /// call, and all calls for one master in one pipeline (one round trip per master). Returns,
-    /// per entry, whether the hold was still there (`None` where its master did not answer).
-    ///
-    /// The whole call (waiting for a connection, connecting, the reply) takes at most
-    /// `budget`, so that a stalled server cannot hold the watchdog past the leases it renews.
-    pub(crate) fn renew(
-        &self,
-        batch: &[(&str, &str)],
-        timeout_ms: u64,
-        budget: Duration,
-    ) -> Vec<Option<bool>> {
-        let hash = self.scripts.renew.get_hash();
-        self.per_master(
-            batch,
-            budget,
-            RENEW_KEYS_PER_CALL,
-            &self.scripts.renew,
-            |pipe, chunk| {
-                let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len());
-                for (key, _) in chunk {
-                    call.arg(*key);
-                }
-                call.arg(timeout_ms);
-                for (_, owner) in chunk {
-                    call.arg(*owner);
-                }
-            },
-        )
-    }
-
-    /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
-    pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
-        let deleted: i64 = self.run("force unlock", &keys.name, 1, |conn| {
-            self.scripts
-                .force_unlock
-                .key(&*keys.name)
-                .key(keys.channel())
-                .arg(UNLOCK_MESSAGE)
-                .arg(self.publish_command)
-                .invoke(conn)
-        })?;
-        Ok(deleted == 1)
-    }
-
-    /// Whether anyone holds the lock, and how many holds `owner` has. A key of another type,
-    /// or a hash of somebody's data, is [`Error::WrongType`], not "locked" (`INSPECT`).
-    fn inspect(
-        &self,
-        operation: &'static str,
-        keys: &LockKeys,
-        owner: &str,
-    ) -> Result<(bool, u32)> {
-        let (held, holds): (i64, i64) = self.run(operation, &keys.name, 1, |conn| {
-            self.scripts
-                .inspect
-                .key(&*keys.name)
-                .arg(owner)
-                .invoke(conn)
-        })?;
-        let holds = u32::try_from(holds).map_err(|_| Error::WrongType {
-            name: keys.name.to_string(),
-        })?;
-        Ok((held == 1, holds))
-    }
-
-    /// Whether anyone holds the lock.
-    pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
-        Ok(self.inspect("is_locked", keys, "")?.0)
-    }
-
-    /// How many holds `owner` has (0 when none).
-    pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
-        Ok(self.inspect("hold_count", keys, owner)?.1)
-    }
-
-    /// Whether `owner` holds the lock.
-    pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
-        Ok(self.inspect("is_held_by_current_thread", keys, owner)?.1 > 0)
-    }
-
-    /// The lock's remaining lease; `None` when it is not held or has no expiry.
-    pub(crate) fn remaining_ttl(&self, keys: &LockKeys) -> Result<Option<Duration>> {
-        let (kind, pttl): (String, i64) = self.run("remaining_ttl", &keys.name, 2, |conn| {
-            redis::pipe()
-                .cmd("TYPE")
-                .arg(&*keys.name)
-                .cmd("PTTL")
-                .arg(&*keys.name)
-                .query(conn)
-        })?;
-        if kind != "hash" && kind != "none" {
-            return Err(Error::WrongType {
-                name: keys.name.to_string(),
-            });
-        }
-        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
-    }
-
     /// Publishes `message` on `channel` at the node `addr` (`host:port`) within `budget`: a
     /// listener's private wake-up channel, at the master whose connection it reads, so that
     /// another master that stalls or is gone does not hold up (or lose) the wake-up; and the
@@ -671,11 +253,6 @@ impl LockStore {
         self.run_on(&pool, "publish", 1, deadline, false, (&op, &|_| false))
             .map_err(|failed| failed.into_error(self, "publish", ""))?;
         Ok(())
-    }
-
-    /// How long one command may wait for its reply.
-    pub(crate) fn response_timeout(&self) -> Duration {
-        self.response_timeout
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
@@ -954,131 +531,6 @@ impl LockStore {
         Ok(value)
     }
 
-    /// After an acquire or release with replica sync on: counts the master's replicas again
-    /// when the count is old (replicas added since must be waited for too), then, when the
-    /// script `wrote` and there are replicas, waits for them.
-    fn sync_replicas(
-        &self,
-        pool: &Pool,
-        conn: &mut crate::pool::PooledConnection<'_>,
-        operation: &'static str,
-        timeout: Duration,
-        wrote: bool,
-    ) -> std::result::Result<(), Failed> {
-        if pool.replicas_older_than(REPLICAS_RECOUNT) {
-            self.counters.sent(1);
-            match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
-            {
-                Ok(role) => {
-                    let counted = crate::topology::replicas_of_role(&role).unwrap_or(0);
-                    if pool.count_replicas(counted)
-                        && !self.topology.failover_suspected(pool.addr())
-                    {
-                        pool.set_replicas(counted);
-                    }
-                }
-                Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
-                // Not allowed (an ACL without ROLE): the count stays as it was.
-                Err(_) => pool.set_replicas(pool.replicas()),
-            }
-        }
-        if wrote && pool.replicas() > 0 && pool.knows_wait() {
-            self.wait_for_replicas(pool, conn, operation, timeout)?;
-        }
-        Ok(())
-    }
-
-    /// `WAIT <replicas> <timeout>` on the connection that just wrote, then
-    /// [`judge_acknowledgements`](Self::judge_acknowledgements).
-    fn wait_for_replicas(
-        &self,
-        pool: &Pool,
-        conn: &mut crate::pool::PooledConnection<'_>,
-        operation: &'static str,
-        timeout: Duration,
-    ) -> std::result::Result<(), Failed> {
-        let replicas = pool.replicas();
-        let read_timeout = timeout + self.response_timeout;
-        let waited = (|| -> RedisResult<bool> {
-            conn.set_read_timeout(Some(read_timeout))?;
-            self.counters.sent(1);
-            let wait = |ms: u64| {
-                let mut wait = redis::cmd("WAIT");
-                wait.arg(replicas).arg(ms);
-                wait
-            };
-            let acked: usize = match wait(timeout.as_millis() as u64).query(&mut **conn) {
-                // The process was stopped and continued meanwhile (see `pool::connect_by`).
-                // The first WAIT still runs on the server, and a WAIT sent now is answered
-                // after it: one millisecond more is all it needs to count the acknowledgements
-                // of this connection's last write again, so the call keeps its time. redis-rs
-                // skips the first WAIT's reply when it comes.
-                Err(err) if crate::pool::is_interrupted(&err) => {
-                    log::debug!("waiting for WAIT's reply was interrupted ({err}); asking again");
-                    self.counters.sent(1);
-                    wait(1).query(&mut **conn)?
-                }
-                acked => acked?,
-            };
-            if acked >= replicas {
-                return Ok(true);
-            }
-            self.counters.sent(1);
-            let connected = connected_replicas(conn)?;
-            Ok(self.judge_acknowledgements(pool, acked, connected))
-        })();
-        let restored = conn.set_read_timeout(Some(self.response_timeout));
-        match (waited, restored) {
-            (Ok(true), Ok(())) => Ok(()),
-            (Ok(false), Ok(())) => Err(Failed::Other(Error::NotReplicated {
-                operation,
-                replicas,
-                timeout,
-            })),
-            // A managed service or proxy without WAIT (ElastiCache Serverless): nothing can
-            // be waited for there, and the write stands, as without replica sync (Redisson
-            // skips WAIT where its probe finds none). Told once; never sent there again.
-            (Err(err), Ok(())) if is_unknown_command(&err) => {
-                if !pool.knows_no_wait_from_now() {
-                    log::warn!(
-                        "{} does not know WAIT ({err}): acquires and releases there do not \
-                         wait for replicas",
-                        pool.addr()
-                    );
-                }
-                Ok(())
-            }
-            (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
-        }
-    }
-
-    /// Whether a write that `acked` of the master's replicas acknowledged, fewer than it
-    /// had, is safe, with `connected` replicas connected to it now (docs/DESIGN.md,
-    /// "Replica sync through a failover"). A replica being promoted leaves the old master
-    /// first, and the others follow the new master soon after, dropping what the old one
-    /// wrote meanwhile: so on Sentinel, a shortfall counts only when the sentinels say that
-    /// no failover of this master is under way. A master left with no replica acknowledging
-    /// is trusted only on a single server, where nobody promotes a replica.
-    fn judge_acknowledgements(&self, pool: &Pool, acked: usize, connected: usize) -> bool {
-        let follows = self.topology.follows_failovers();
-        let safe = if acked == 0 {
-            !follows && connected == 0
-        } else {
-            !self.topology.failover_suspected(pool.addr())
-        };
-        if safe {
-            // The missing replicas failed: later writes wait for those left.
-            pool.set_replicas(connected.max(acked));
-        } else if follows {
-            // The master may have been replaced (a failover under way): the next command
-            // goes where the deployment says the master is. Only if nobody is asking
-            // already: this call has waited long enough.
-            self.topology
-                .refresh_unless_under_way(self.topology.map().generation);
-        }
-        safe
-    }
-
     /// Runs `op` on `conn` with its replies due by `deadline`.
     fn call<T>(
         &self,
@@ -1112,87 +564,6 @@ impl LockStore {
         }
         result
     }
-
-    /// The error for a failed command; a timeout says what timed out, after how long.
-    fn classify(&self, operation: &'static str, name: &str, err: RedisError) -> Error {
-        if err.is_timeout() {
-            Error::Timeout {
-                operation,
-                after: Duration::ZERO,
-            }
-        } else {
-            Error::from_command(operation, name, err)
-        }
-    }
-}
-
-/// How one attempt at a command failed, before it is told to the caller.
-#[derive(Debug)]
-enum Failed {
-    /// Redis (or the connection) answered with an error.
-    Redis(RedisError),
-    /// Something before or after the command: no connection, no replica acknowledgement.
-    Other(Error),
-}
-
-impl Failed {
-    /// A MOVED or ASK redirection: the node's address, and whether it is ASK.
-    fn redirection(&self) -> Option<(String, bool)> {
-        let Failed::Redis(err) = self else {
-            return None;
-        };
-        let ask = match err.code() {
-            Some("MOVED") => false,
-            Some("ASK") => true,
-            _ => return None,
-        };
-        err.redirect_node().map(|(addr, _)| (addr.to_owned(), ask))
-    }
-
-    /// Whether a script was refused for touching a key its node does not serve (see
-    /// [`is_not_local`]).
-    fn is_not_local(&self) -> bool {
-        matches!(self, Failed::Redis(err) if is_not_local(err))
-    }
-
-    /// Whether this means the master moved (a failover, a resharding): nothing ran, and the
-    /// command may go to the master found again. Only where masters can move.
-    fn means_topology_changed(&self, store: &LockStore) -> bool {
-        if !store.topology.follows_failovers() {
-            return false;
-        }
-        match self {
-            Failed::Redis(err) => {
-                matches!(
-                    server_code(err).as_deref(),
-                    Some("MOVED" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN")
-                ) || err.is_connection_refusal()
-            }
-            Failed::Other(Error::Connect { source }) => source.is_connection_refusal(),
-            Failed::Other(_) => false,
-        }
-    }
-
-    fn into_error(self, store: &LockStore, operation: &'static str, name: &str) -> Error {
-        match self {
-            Failed::Redis(err) => store.classify(operation, name, err),
-            Failed::Other(err) => err,
-        }
-    }
-}
-
-impl Error {
-    /// A timeout error reports how long this store call took (routing, the command, any retry
-    /// on a new connection), not the caller's wait before it.
-    fn timed(self, started: Instant) -> Self {
-        match self {
-            Error::Timeout { operation, .. } => Error::Timeout {
-                operation,
-                after: round_ms(started.elapsed()),
-            },
-            other => other,
-        }
-    }
 }
 
 /// Plain `PUBLISH` of `message` on `channel`; replies how many connections heard it.
@@ -1200,78 +571,9 @@ fn publish_query(conn: &mut Connection, channel: &str, message: &str) -> RedisRe
     redis::cmd("PUBLISH").arg(channel).arg(message).query(conn)
 }
 
-/// Whether a command may be sent again on a new connection when the pooled one it went out
-/// on turns out dead (docs/DESIGN.md, "Never twice blindly"): not those that would count
-/// twice, whose callers are told that the outcome is unknown instead.
-fn may_repeat(operation: &str) -> bool {
-    !matches!(
-        operation,
-        "semaphore release" | "count-down latch count_down"
-    )
-}
-
-/// Whether a command that has almost surely run may be sent again: one whose second run
-/// changes nothing (reads, publishing a wake-up, leaving a queue) or answers as the first did
-/// (an acquire, by its attempt id; a release, by its latch). Not a force unlock (it would
-/// delete the lock of whoever took it in between) nor the setting of a count, whose repeat
-/// answers "already set" or sets it again after others changed it.
-fn is_idempotent(operation: &str) -> bool {
-    matches!(
-        operation,
-        "acquire"
-            | "release"
-            | "stop waiting"
-            | "semaphore acquire"
-            | "leave the queue"
-            | "publish"
-            | "loading the lock scripts"
-            | "is_locked"
-            | "hold_count"
-            | "is_held_by_current_thread"
-            | "remaining_ttl"
-            | "semaphore available_permits"
-            | "count-down latch count"
-    )
-}
-
-/// Acquires and releases of locks wait for replicas when replica sync is on (docs/DESIGN.md,
-/// "Replica acknowledgement"): every lock kind's scripts go through here under these names.
-fn is_replicated_operation(operation: &str) -> bool {
-    matches!(operation, "acquire" | "release")
-}
-
-/// `connected_slaves` from `INFO replication`.
-fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
-    let info: String =
-        crate::pool::query_again_if_interrupted(conn, redis::cmd("INFO").arg("replication"))?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("connected_slaves:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0))
-}
-
-/// An error reply saying that the server does not know the command.
-fn is_unknown_command(err: &RedisError) -> bool {
-    err.code() == Some("ERR") && err.to_string().contains("unknown command")
-}
-
-/// "Script attempted to access a non local key in a cluster node script": a script sent to a
-/// node that does not serve its keys' slot, which a managed cluster behind one endpoint
-/// (ElastiCache Serverless) answers under load (Redisson #5586, #6718). Told by the words:
-/// the code is a plain `ERR`.
-pub(crate) fn is_not_local(err: &RedisError) -> bool {
-    err.to_string().contains("non local key")
-}
-
 /// How much longer than its budget a call may take rather than pay two system calls to
 /// shorten its read timeout: the time it may spend getting a pooled connection.
 const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(5);
-
-/// `d` to whole milliseconds, for messages.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
-}
 
 /// Runs `query`; when the server has lost the scripts (a restart, `SCRIPT FLUSH`), loads them
 /// all and runs it once more. Nothing of a call refused with NOSCRIPT ran, and the release
@@ -1289,11 +591,6 @@ fn query_loading_scripts<T>(
     }
 }
 
-/// The reply may be lost although the command ran: a timeout or a broken connection.
-fn is_lost_reply(err: &Error) -> bool {
-    err.is_timeout() || err.is_connection_error()
-}
-
 /// Whether one command of a failed pipeline was refused with NOSCRIPT.
 fn has_noscript(err: &RedisError) -> bool {
     err.clone()
@@ -1303,19 +600,4 @@ fn has_noscript(err: &RedisError) -> bool {
 
 fn is_noscript(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}
-
-/// The connection is gone: nothing was read from it, so the server never answered.
-fn is_dead_connection(err: &RedisError) -> bool {
-    err.is_connection_dropped() || err.is_connection_refusal()
-}
-
-/// A node that does not answer at all: refused, unreachable, or silent.
-fn is_unreachable(err: &Error) -> bool {
-    err.is_connection_error() || err.is_timeout()
-}
-
-/// The connection's state is unknown (I/O failed or a reply may still arrive): never reuse it.
-fn is_broken(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_timeout() || is_dead_connection(err)
 }
