@@ -25,7 +25,7 @@ use crate::options::AcquireOptions;
 use crate::scripts::{
     attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply,
 };
-use crate::store::{Attempt, Listeners, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
 ///
@@ -288,7 +288,7 @@ impl LockKind for Fair {
             .arg(queue_timeout_ms(store, args))
             .arg(UNLOCK_MESSAGE)
             .arg(store.publish_command());
-        store.invoke::<()>("leave the queue", &keys.name, &call)
+        store.invoke::<()>(Op::LeaveQueue, &keys.name, &call)
     }
 
     fn release(

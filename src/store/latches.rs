@@ -6,7 +6,7 @@
 use redis::{Connection, RedisResult};
 
 use super::resend::is_lost_reply;
-use super::LockStore;
+use super::{LockStore, Op};
 use crate::error::Result;
 use crate::names::LockKeys;
 
@@ -35,7 +35,7 @@ impl LockStore {
             .remove(&*keys.name)
             .unwrap_or_default();
         let send = || {
-            self.run("release", &keys.name, 1, |conn| {
+            self.run(Op::Release, &keys.name, 1, |conn| {
                 call(conn, &latch, &previous)
             })
         };

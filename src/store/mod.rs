@@ -41,10 +41,8 @@ mod resend;
 
 pub(crate) use reentrant::{Attempt, Listeners, Release, Waiting, UNLOCK_MESSAGE};
 pub(crate) use resend::is_not_local;
-use resend::{
-    is_broken, is_dead_connection, is_idempotent, is_replicated_operation, is_unreachable,
-    may_repeat, Failed,
-};
+pub(crate) use resend::Op;
+use resend::{is_broken, is_dead_connection, is_unreachable, Failed};
 
 /// How many MOVED or ASK redirections one command follows before giving up.
 const REDIRECTS_MAX: u32 = 5;
@@ -159,13 +157,13 @@ impl LockStore {
             let deadline = Instant::now() + self.response_timeout;
             self.run_on(
                 pool,
-                "loading the lock scripts",
+                Op::LoadScripts,
                 1,
                 deadline,
                 false,
                 (&load, &|_| false),
             )
-            .map_err(|failed| failed.into_error(self, "loading the lock scripts", ""))?;
+            .map_err(|failed| failed.into_error(self, Op::LoadScripts, ""))?;
         }
         Ok(())
     }
@@ -215,7 +213,7 @@ impl LockStore {
     /// on a pooled connection: for lock kinds whose scripts live with them.
     pub(crate) fn invoke<T: redis::FromRedisValue>(
         &self,
-        operation: &'static str,
+        operation: Op,
         name: &str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
@@ -250,8 +248,8 @@ impl LockStore {
         let pool = self.topology.node(addr)?;
         let deadline = Instant::now() + budget.max(Duration::from_millis(1));
         let op = |conn: &mut Connection| publish_query(conn, channel, message);
-        self.run_on(&pool, "publish", 1, deadline, false, (&op, &|_| false))
-            .map_err(|failed| failed.into_error(self, "publish", ""))?;
+        self.run_on(&pool, Op::Publish, 1, deadline, false, (&op, &|_| false))
+            .map_err(|failed| failed.into_error(self, Op::Publish, ""))?;
         Ok(())
     }
 
@@ -259,7 +257,7 @@ impl LockStore {
     /// of `name`, within one response timeout in all (see [`run_within`](Self::run_within)).
     fn run<T>(
         &self,
-        operation: &'static str,
+        operation: Op,
         name: &str,
         commands: u64,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
@@ -276,7 +274,7 @@ impl LockStore {
         op: impl Fn(&mut Connection) -> RedisResult<T>,
         acquired: impl Fn(&T) -> bool,
     ) -> Result<T> {
-        self.run_within_if("acquire", name, 1, self.response_timeout, op, &acquired)
+        self.run_within_if(Op::Acquire, name, 1, self.response_timeout, op, &acquired)
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
@@ -294,7 +292,7 @@ impl LockStore {
     /// command may still run on the server.
     pub(crate) fn run_within<T>(
         &self,
-        operation: &'static str,
+        operation: Op,
         name: &str,
         commands: u64,
         budget: Duration,
@@ -307,7 +305,7 @@ impl LockStore {
     /// `wrote` says of the reply that the script changed something.
     fn run_within_if<T>(
         &self,
-        operation: &'static str,
+        operation: Op,
         name: &str,
         commands: u64,
         budget: Duration,
@@ -402,7 +400,7 @@ impl LockStore {
     fn run_on<T, F: Fn(&mut Connection) -> RedisResult<T>>(
         &self,
         pool: &Pool,
-        operation: &'static str,
+        operation: Op,
         commands: u64,
         deadline: Instant,
         asking: bool,
@@ -413,7 +411,7 @@ impl LockStore {
             // An idle connection is handed out whatever the time: a command sent now could
             // only run with its reply given up on (a hold nobody knows of, for an acquire).
             return Err(Failed::Other(Error::Timeout {
-                operation,
+                operation: operation.name(),
                 after: Duration::ZERO,
             }));
         }
@@ -426,9 +424,9 @@ impl LockStore {
             let interrupted = crate::pool::is_interrupted(err);
             if (conn.reused && is_dead_connection(err)) || interrupted {
                 let repeat = if interrupted {
-                    is_idempotent(operation)
+                    operation.policy().after_interrupt
                 } else {
-                    may_repeat(operation)
+                    operation.policy().after_dead_connection
                 };
                 if !repeat {
                     // The server may have run it (before the connection died, in a CLIENT
@@ -445,7 +443,7 @@ impl LockStore {
                     conn.discard();
                     // No time is left to send it again (and wait for the reply).
                     return Err(Failed::Other(Error::Timeout {
-                        operation,
+                        operation: operation.name(),
                         after: Duration::ZERO,
                     }));
                 }
@@ -466,7 +464,7 @@ impl LockStore {
                     // Connecting took the time left: a command sent now could only run with
                     // its reply given up on.
                     return Err(Failed::Other(Error::Timeout {
-                        operation,
+                        operation: operation.name(),
                         after: Duration::ZERO,
                     }));
                 }
@@ -485,15 +483,15 @@ impl LockStore {
             }
         };
         if let Some(timeout) = self.replica_sync {
-            if is_replicated_operation(operation) {
+            if operation.policy().replicated {
                 let wrote = wrote(&value);
-                match self.sync_replicas(pool, &mut conn, operation, timeout, wrote) {
+                match self.sync_replicas(pool, &mut conn, operation.name(), timeout, wrote) {
                     Ok(()) => {}
                     // A release happened whatever the replicas say, or whether asking them
                     // failed (its reply is in): the lock is free on the master, and failing
                     // the unlock would only make the caller retry it, or take a release that
                     // ran for one that did not.
-                    Err(failed) if operation == "release" => {
+                    Err(failed) if operation == Op::Release => {
                         if let Failed::Redis(err) = &failed {
                             if is_broken(err) {
                                 conn.discard();
@@ -505,7 +503,7 @@ impl LockStore {
                     // reply was lost, or WAIT was refused): the caller rolls it back as it
                     // does when none acknowledged (a plain error would leave a hold that
                     // nobody releases or renews).
-                    Err(Failed::Redis(err)) if wrote && operation == "acquire" => {
+                    Err(Failed::Redis(err)) if wrote && operation == Op::Acquire => {
                         if is_broken(&err) {
                             conn.discard();
                         }
@@ -514,7 +512,7 @@ impl LockStore {
                             pool.addr()
                         );
                         return Err(Failed::Other(Error::NotReplicated {
-                            operation,
+                            operation: operation.name(),
                             replicas: pool.replicas(),
                             timeout,
                         }));

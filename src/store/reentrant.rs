@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult};
 
-use super::{query_loading_scripts, LockStore};
+use super::{query_loading_scripts, LockStore, Op};
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
 
@@ -288,7 +288,7 @@ impl LockStore {
             .arg(owner)
             .arg(number)
             .arg(lease_ms);
-        let granted: i64 = self.run("stop waiting", &keys.name, 1, |conn| {
+        let granted: i64 = self.run(Op::StopWaiting, &keys.name, 1, |conn| {
             query_loading_scripts(conn, |conn| call.query(conn))
         })?;
         Ok(granted == 1)
@@ -327,7 +327,7 @@ impl LockStore {
 
     /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
     pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
-        let deleted: i64 = self.run("force unlock", &keys.name, 1, |conn| {
+        let deleted: i64 = self.run(Op::ForceUnlock, &keys.name, 1, |conn| {
             self.scripts
                 .force_unlock
                 .key(&*keys.name)
@@ -341,12 +341,7 @@ impl LockStore {
 
     /// Whether anyone holds the lock, and how many holds `owner` has. A key of another type,
     /// or a hash of somebody's data, is [`Error::WrongType`], not "locked" (`INSPECT`).
-    fn inspect(
-        &self,
-        operation: &'static str,
-        keys: &LockKeys,
-        owner: &str,
-    ) -> Result<(bool, u32)> {
+    fn inspect(&self, operation: Op, keys: &LockKeys, owner: &str) -> Result<(bool, u32)> {
         let (held, holds): (i64, i64) = self.run(operation, &keys.name, 1, |conn| {
             self.scripts
                 .inspect
@@ -362,22 +357,22 @@ impl LockStore {
 
     /// Whether anyone holds the lock.
     pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
-        Ok(self.inspect("is_locked", keys, "")?.0)
+        Ok(self.inspect(Op::IsLocked, keys, "")?.0)
     }
 
     /// How many holds `owner` has (0 when none).
     pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
-        Ok(self.inspect("hold_count", keys, owner)?.1)
+        Ok(self.inspect(Op::HoldCount, keys, owner)?.1)
     }
 
     /// Whether `owner` holds the lock.
     pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
-        Ok(self.inspect("is_held_by_current_thread", keys, owner)?.1 > 0)
+        Ok(self.inspect(Op::IsHeldBy, keys, owner)?.1 > 0)
     }
 
     /// The lock's remaining lease; `None` when it is not held or has no expiry.
     pub(crate) fn remaining_ttl(&self, keys: &LockKeys) -> Result<Option<Duration>> {
-        let (kind, pttl): (String, i64) = self.run("remaining_ttl", &keys.name, 2, |conn| {
+        let (kind, pttl): (String, i64) = self.run(Op::RemainingTtl, &keys.name, 2, |conn| {
             redis::pipe()
                 .cmd("TYPE")
                 .arg(&*keys.name)

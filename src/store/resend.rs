@@ -55,12 +55,7 @@ impl Failed {
         }
     }
 
-    pub(super) fn into_error(
-        self,
-        store: &LockStore,
-        operation: &'static str,
-        name: &str,
-    ) -> Error {
+    pub(super) fn into_error(self, store: &LockStore, operation: Op, name: &str) -> Error {
         match self {
             Failed::Redis(err) => store.classify(operation, name, err),
             Failed::Other(err) => err,
@@ -70,14 +65,14 @@ impl Failed {
 
 impl LockStore {
     /// The error for a failed command; a timeout says what timed out, after how long.
-    pub(super) fn classify(&self, operation: &'static str, name: &str, err: RedisError) -> Error {
+    pub(super) fn classify(&self, op: Op, name: &str, err: RedisError) -> Error {
         if err.is_timeout() {
             Error::Timeout {
-                operation,
+                operation: op.name(),
                 after: Duration::ZERO,
             }
         } else {
-            Error::from_command(operation, name, err)
+            Error::from_command(op.name(), name, err)
         }
     }
 }
@@ -96,44 +91,189 @@ impl Error {
     }
 }
 
-/// Whether a command may be sent again on a new connection when the pooled one it went out
-/// on turns out dead (docs/DESIGN.md, "Never twice blindly"): not those that would count
-/// twice, whose callers are told that the outcome is unknown instead.
-pub(super) fn may_repeat(operation: &str) -> bool {
-    !matches!(
-        operation,
-        "semaphore release" | "count-down latch count_down"
-    )
+/// Every operation the store runs, each with its resend policy ([`Op::policy`]): a new
+/// operation cannot be sent without one being chosen for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `SCRIPT LOAD` of the lock scripts as a manager starts.
+    LoadScripts,
+    /// An acquire attempt of any lock kind (it carries its attempt id).
+    Acquire,
+    /// A release of any lock kind (it carries its latch).
+    Release,
+    /// A registered waiter leaves the lock's waiters.
+    StopWaiting,
+    /// A fair-lock waiter leaves the queue.
+    LeaveQueue,
+    /// A lock deleted whoever holds it.
+    ForceUnlock,
+    /// `Lock::is_locked`.
+    IsLocked,
+    /// `Lock::hold_count`.
+    HoldCount,
+    /// `Lock::is_held_by_current_thread`.
+    IsHeldBy,
+    /// `Lock::remaining_ttl`.
+    RemainingTtl,
+    /// The fencing token counter read.
+    CurrentToken,
+    /// A wake-up published on a listener's channel, or the check of the channel rights.
+    Publish,
+    /// The watchdog's renewals (sent by their own sweeps, see `renewal`).
+    Renew,
+    /// `Semaphore::try_set_permits`.
+    SemaphoreTrySetPermits,
+    /// A semaphore acquire attempt (it carries its attempt id).
+    SemaphoreAcquire,
+    /// `Semaphore::release`.
+    SemaphoreRelease,
+    /// `Semaphore::add_permits`.
+    SemaphoreAddPermits,
+    /// `Semaphore::drain_permits`.
+    SemaphoreDrainPermits,
+    /// `Semaphore::available_permits`.
+    SemaphoreAvailablePermits,
+    /// A permit-expirable semaphore's acquire attempt.
+    PermitSemaphoreAcquire,
+    /// A permit-expirable semaphore's release of one permit.
+    PermitSemaphoreRelease,
+    /// A permit-expirable semaphore's permit lease changed.
+    PermitSemaphoreUpdateLease,
+    /// A permit-expirable semaphore's leases read.
+    PermitSemaphoreLeases,
+    /// A permit-expirable semaphore's count set.
+    PermitSemaphoreSetPermits,
+    /// A permit-expirable semaphore's permits added.
+    PermitSemaphoreAddPermits,
+    /// A permit-expirable semaphore's counts (expired permits taken back first).
+    PermitSemaphoreCounts,
+    /// `CountDownLatch::try_set_count`.
+    LatchTrySetCount,
+    /// `CountDownLatch::count_down`.
+    LatchCountDown,
+    /// `CountDownLatch::count`.
+    LatchCount,
 }
 
-/// Whether a command that has almost surely run may be sent again: one whose second run
-/// changes nothing (reads, publishing a wake-up, leaving a queue) or answers as the first did
-/// (an acquire, by its attempt id; a release, by its latch). Not a force unlock (it would
-/// delete the lock of whoever took it in between) nor the setting of a count, whose repeat
-/// answers "already set" or sets it again after others changed it.
-pub(super) fn is_idempotent(operation: &str) -> bool {
-    matches!(
-        operation,
-        "acquire"
-            | "release"
-            | "stop waiting"
-            | "semaphore acquire"
-            | "leave the queue"
-            | "publish"
-            | "loading the lock scripts"
-            | "is_locked"
-            | "hold_count"
-            | "is_held_by_current_thread"
-            | "remaining_ttl"
-            | "semaphore available_permits"
-            | "count-down latch count"
-    )
+/// When an operation is sent again (docs/DESIGN.md, "Never twice blindly").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// Sent again on a new connection when the pooled one it went out on turns out dead:
+    /// not those that would count twice, whose callers are told that the outcome is
+    /// unknown instead.
+    pub(crate) after_dead_connection: bool,
+    /// Sent again when it has almost surely run (the wait for its reply was interrupted):
+    /// only where a second run changes nothing (reads, publishing a wake-up, leaving a queue)
+    /// or answers as the first did (an acquire, by its attempt id; a release, by its latch).
+    /// Not a force unlock (it would delete the lock of whoever took it in between) nor the
+    /// setting of a count, whose repeat answers "already set" or sets it again after others
+    /// changed it.
+    pub(crate) after_interrupt: bool,
+    /// Waits for the replicas' acknowledgement when replica sync is on (docs/DESIGN.md,
+    /// "Replica acknowledgement"): acquires and releases of every lock kind.
+    pub(crate) replicated: bool,
 }
 
-/// Acquires and releases of locks wait for replicas when replica sync is on (docs/DESIGN.md,
-/// "Replica acknowledgement"): every lock kind's scripts go through here under these names.
-pub(super) fn is_replicated_operation(operation: &str) -> bool {
-    matches!(operation, "acquire" | "release")
+impl Policy {
+    /// Sent again where it did not run, never where it may have run: counts twice.
+    const ONCE: Policy = Policy {
+        after_dead_connection: false,
+        after_interrupt: false,
+        replicated: false,
+    };
+    /// Sent again after a dead pooled connection (where it most likely did not run), not
+    /// after an interrupted wait (where it almost surely ran).
+    const MOST_LIKELY_ONCE: Policy = Policy {
+        after_dead_connection: true,
+        ..Policy::ONCE
+    };
+    /// Sent again whenever its reply is missing: a second run changes nothing.
+    const IDEMPOTENT: Policy = Policy {
+        after_dead_connection: true,
+        after_interrupt: true,
+        replicated: false,
+    };
+    /// An idempotent write of lock state, waiting for replicas with replica sync on.
+    const REPLICATED: Policy = Policy {
+        replicated: true,
+        ..Policy::IDEMPOTENT
+    };
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Op {
+    /// What errors and logs call it.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Op::LoadScripts => "loading the lock scripts",
+            Op::Acquire => "acquire",
+            Op::Release => "release",
+            Op::StopWaiting => "stop waiting",
+            Op::LeaveQueue => "leave the queue",
+            Op::ForceUnlock => "force unlock",
+            Op::IsLocked => "is_locked",
+            Op::HoldCount => "hold_count",
+            Op::IsHeldBy => "is_held_by_current_thread",
+            Op::RemainingTtl => "remaining_ttl",
+            Op::CurrentToken => "current_token",
+            Op::Publish => "publish",
+            Op::Renew => "renew",
+            Op::SemaphoreTrySetPermits => "semaphore try_set_permits",
+            Op::SemaphoreAcquire => "semaphore acquire",
+            Op::SemaphoreRelease => "semaphore release",
+            Op::SemaphoreAddPermits => "semaphore add_permits",
+            Op::SemaphoreDrainPermits => "semaphore drain_permits",
+            Op::SemaphoreAvailablePermits => "semaphore available_permits",
+            Op::PermitSemaphoreAcquire => "permit-expirable semaphore acquire",
+            Op::PermitSemaphoreRelease => "permit-expirable semaphore release",
+            Op::PermitSemaphoreUpdateLease => "permit-expirable semaphore update_lease_time",
+            Op::PermitSemaphoreLeases => "permit-expirable semaphore leases",
+            Op::PermitSemaphoreSetPermits => "permit-expirable semaphore set_permits",
+            Op::PermitSemaphoreAddPermits => "permit-expirable semaphore add_permits",
+            Op::PermitSemaphoreCounts => "permit-expirable semaphore counts",
+            Op::LatchTrySetCount => "count-down latch try_set_count",
+            Op::LatchCountDown => "count-down latch count_down",
+            Op::LatchCount => "count-down latch count",
+        }
+    }
+
+    /// When it is sent again (see [`Policy`]).
+    pub(crate) const fn policy(self) -> Policy {
+        match self {
+            Op::Acquire | Op::Release => Policy::REPLICATED,
+            Op::LoadScripts
+            | Op::StopWaiting
+            | Op::LeaveQueue
+            | Op::IsLocked
+            | Op::HoldCount
+            | Op::IsHeldBy
+            | Op::RemainingTtl
+            | Op::Publish
+            | Op::Renew
+            | Op::SemaphoreAcquire
+            | Op::SemaphoreAvailablePermits
+            | Op::LatchCount => Policy::IDEMPOTENT,
+            Op::SemaphoreRelease | Op::LatchCountDown => Policy::ONCE,
+            Op::ForceUnlock
+            | Op::CurrentToken
+            | Op::SemaphoreTrySetPermits
+            | Op::SemaphoreAddPermits
+            | Op::SemaphoreDrainPermits
+            | Op::PermitSemaphoreAcquire
+            | Op::PermitSemaphoreRelease
+            | Op::PermitSemaphoreUpdateLease
+            | Op::PermitSemaphoreLeases
+            | Op::PermitSemaphoreSetPermits
+            | Op::PermitSemaphoreAddPermits
+            | Op::PermitSemaphoreCounts
+            | Op::LatchTrySetCount => Policy::MOST_LIKELY_ONCE,
+        }
+    }
 }
 
 /// An error reply saying that the server does not know the command.
@@ -172,4 +312,117 @@ pub(super) fn is_unreachable(err: &Error) -> bool {
 /// The connection's state is unknown (I/O failed or a reply may still arrive): never reuse it.
 pub(super) fn is_broken(err: &RedisError) -> bool {
     err.is_io_error() || err.is_timeout() || is_dead_connection(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Op;
+
+    /// Every operation's policy, written out: (operation, sent again after a dead pooled
+    /// connection, after an interrupted wait, waits for replicas).
+    const POLICIES: [(Op, bool, bool, bool); 29] = [
+        (Op::LoadScripts, true, true, false),
+        (Op::Acquire, true, true, true),
+        (Op::Release, true, true, true),
+        (Op::StopWaiting, true, true, false),
+        (Op::LeaveQueue, true, true, false),
+        (Op::ForceUnlock, true, false, false),
+        (Op::IsLocked, true, true, false),
+        (Op::HoldCount, true, true, false),
+        (Op::IsHeldBy, true, true, false),
+        (Op::RemainingTtl, true, true, false),
+        (Op::CurrentToken, true, false, false),
+        (Op::Publish, true, true, false),
+        (Op::Renew, true, true, false),
+        (Op::SemaphoreTrySetPermits, true, false, false),
+        (Op::SemaphoreAcquire, true, true, false),
+        (Op::SemaphoreRelease, false, false, false),
+        (Op::SemaphoreAddPermits, true, false, false),
+        (Op::SemaphoreDrainPermits, true, false, false),
+        (Op::SemaphoreAvailablePermits, true, true, false),
+        (Op::PermitSemaphoreAcquire, true, false, false),
+        (Op::PermitSemaphoreRelease, true, false, false),
+        (Op::PermitSemaphoreUpdateLease, true, false, false),
+        (Op::PermitSemaphoreLeases, true, false, false),
+        (Op::PermitSemaphoreSetPermits, true, false, false),
+        (Op::PermitSemaphoreAddPermits, true, false, false),
+        (Op::PermitSemaphoreCounts, true, false, false),
+        (Op::LatchTrySetCount, true, false, false),
+        (Op::LatchCountDown, false, false, false),
+        (Op::LatchCount, true, true, false),
+    ];
+
+    /// Fails to compile when an operation is added without a row in [`POLICIES`].
+    fn row(op: Op) -> usize {
+        match op {
+            Op::LoadScripts => 0,
+            Op::Acquire => 1,
+            Op::Release => 2,
+            Op::StopWaiting => 3,
+            Op::LeaveQueue => 4,
+            Op::ForceUnlock => 5,
+            Op::IsLocked => 6,
+            Op::HoldCount => 7,
+            Op::IsHeldBy => 8,
+            Op::RemainingTtl => 9,
+            Op::CurrentToken => 10,
+            Op::Publish => 11,
+            Op::Renew => 12,
+            Op::SemaphoreTrySetPermits => 13,
+            Op::SemaphoreAcquire => 14,
+            Op::SemaphoreRelease => 15,
+            Op::SemaphoreAddPermits => 16,
+            Op::SemaphoreDrainPermits => 17,
+            Op::SemaphoreAvailablePermits => 18,
+            Op::PermitSemaphoreAcquire => 19,
+            Op::PermitSemaphoreRelease => 20,
+            Op::PermitSemaphoreUpdateLease => 21,
+            Op::PermitSemaphoreLeases => 22,
+            Op::PermitSemaphoreSetPermits => 23,
+            Op::PermitSemaphoreAddPermits => 24,
+            Op::PermitSemaphoreCounts => 25,
+            Op::LatchTrySetCount => 26,
+            Op::LatchCountDown => 27,
+            Op::LatchCount => 28,
+        }
+    }
+
+    #[test]
+    fn each_operation_has_its_resend_policy() {
+        for (i, (op, after_dead_connection, after_interrupt, replicated)) in
+            POLICIES.into_iter().enumerate()
+        {
+            assert_eq!(row(op), i, "{op:?} is in its own row");
+            let policy = op.policy();
+            assert_eq!(
+                (
+                    policy.after_dead_connection,
+                    policy.after_interrupt,
+                    policy.replicated
+                ),
+                (after_dead_connection, after_interrupt, replicated),
+                "{op:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_sent_again_after_an_interrupt_is_sent_again_after_a_dead_connection() {
+        for (op, ..) in POLICIES {
+            let policy = op.policy();
+            assert!(
+                !policy.after_interrupt || policy.after_dead_connection,
+                "{op:?}"
+            );
+            assert!(!policy.replicated || policy.after_interrupt, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn operations_have_distinct_names() {
+        let mut names: Vec<&str> = POLICIES.iter().map(|(op, ..)| op.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), POLICIES.len());
+    }
 }
