@@ -12,14 +12,13 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Script;
-
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{check_name, count_down_latch_channel, shown};
 use crate::options::WaitOptions;
+use crate::scripts::Script;
 use crate::store::Op;
 
 /// Published when the count reaches zero: every waiter may go (Redisson's message).

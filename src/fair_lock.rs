@@ -13,8 +13,6 @@
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::Script;
-
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, LockKind, REENTRANT};
@@ -23,7 +21,7 @@ use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{
-    attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply,
+    attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply, Script,
 };
 use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
 

@@ -15,13 +15,12 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::Script;
-
 use crate::counting::{deadline_after, wait_on_channel_or_timer, Look};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{check_cluster_name, check_name, permit_timeout_key, semaphore_channel};
+use crate::scripts::Script;
 use crate::semaphore::Semaphore;
 use crate::store::Op;
 
@@ -425,7 +424,7 @@ impl PermitExpirableSemaphore {
         engine: &Engine,
         operation: Op,
         script: &Script,
-        more: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        more: impl FnOnce(&mut crate::scripts::ScriptInvocation<'_>),
     ) -> Result<T> {
         let store = engine.store();
         let mut invocation = script.prepare_invoke();

@@ -11,8 +11,6 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis::Script;
-
 use crate::attempt_id::AttemptId;
 use crate::cancel::CancelToken;
 use crate::counting::{deadline_after, wait_on_channel};
@@ -21,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{attempt_marker, check_name, semaphore_channel};
 use crate::options::WaitOptions;
-use crate::scripts::attempt_script;
+use crate::scripts::{attempt_script, Script};
 use crate::stop::Stop;
 use crate::store::Op;
 

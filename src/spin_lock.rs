@@ -13,8 +13,6 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, LockKind, REENTRANT};
@@ -22,7 +20,7 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash};
+use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
 use crate::store::{Attempt, Listeners, LockStore, Op, Release};
 
 /// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock

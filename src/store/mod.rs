@@ -22,14 +22,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Connection, ErrorKind, RedisError, RedisResult};
+use redis::{Connection, RedisResult};
 
 use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
-use crate::scripts::Scripts;
+use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
 use crate::stats::Counters;
 use crate::topology::Topology;
 
@@ -53,7 +53,6 @@ const FAILOVER_RETRY: Duration = Duration::from_millis(50);
 
 pub(crate) struct LockStore {
     topology: Topology,
-    scripts: Scripts,
     /// `publish`, or `spublish` on a cluster with sharded pub/sub (what Redisson does there).
     publish_command: &'static str,
     /// The `PUBSUB` subcommand that counts a lock channel's subscribers where releases are
@@ -97,7 +96,6 @@ impl LockStore {
         };
         let store = LockStore {
             topology,
-            scripts: Scripts::new(),
             publish_command,
             numsub_command,
             replica_sync: config.replica_sync.then_some(config.replica_sync_timeout),
@@ -147,13 +145,8 @@ impl LockStore {
     fn load_scripts_on(&self, pool: &Pool) -> Result<()> {
         // One script per round trip: a pipeline's replies would share one response timeout
         // (see `call`), and compiling a script can take a while on a busy server.
-        for source in Scripts::SOURCES {
-            let load = |conn: &mut Connection| {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query::<String>(conn)
-            };
+        for script in LOCK_SCRIPTS.all() {
+            let load = |conn: &mut Connection| script.load(conn);
             let deadline = Instant::now() + self.response_timeout;
             self.run_on(
                 pool,
@@ -209,13 +202,13 @@ impl LockStore {
         self.response_timeout
     }
 
-    /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) as one round trip
-    /// on a pooled connection: for lock kinds whose scripts live with them.
+    /// Runs one script invocation (see [`ScriptInvocation::invoke`]) as one round trip on a
+    /// pooled connection.
     pub(crate) fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: Op,
         name: &str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
         self.run(operation, name, 1, |conn| invocation.invoke(conn))
     }
@@ -225,7 +218,7 @@ impl LockStore {
     pub(crate) fn invoke_attempt(
         &self,
         name: &str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &ScriptInvocation<'_>,
     ) -> Result<redis::Value> {
         self.run_attempt(
             name,
@@ -572,30 +565,3 @@ fn publish_query(conn: &mut Connection, channel: &str, message: &str) -> RedisRe
 /// How much longer than its budget a call may take rather than pay two system calls to
 /// shorten its read timeout: the time it may spend getting a pooled connection.
 const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(5);
-
-/// Runs `query`; when the server has lost the scripts (a restart, `SCRIPT FLUSH`), loads them
-/// all and runs it once more. Nothing of a call refused with NOSCRIPT ran, and the release
-/// script is idempotent, so the rerun is safe.
-fn query_loading_scripts<T>(
-    conn: &mut Connection,
-    query: impl Fn(&mut Connection) -> RedisResult<T>,
-) -> RedisResult<T> {
-    match query(conn) {
-        Err(err) if is_noscript(&err) || has_noscript(&err) => {
-            Scripts::load_all().query::<()>(conn)?;
-            query(conn)
-        }
-        other => other,
-    }
-}
-
-/// Whether one command of a failed pipeline was refused with NOSCRIPT.
-fn has_noscript(err: &RedisError) -> bool {
-    err.clone()
-        .into_server_errors()
-        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOSCRIPT"))
-}
-
-fn is_noscript(err: &RedisError) -> bool {
-    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}

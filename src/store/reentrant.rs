@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult};
 
-use super::{query_loading_scripts, LockStore, Op};
+use super::{LockStore, Op};
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
+use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
 
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
@@ -161,11 +162,8 @@ impl LockStore {
                 .arg(REGISTRATION_MARGIN.as_millis() as u64)
                 .arg(&waiting.control);
         }
-        let pttl: Option<i64> = self.run_attempt(
-            &keys.name,
-            |conn| query_loading_scripts(conn, |conn| call.query(conn)),
-            Option::is_none,
-        )?;
+        let pttl: Option<i64> =
+            self.run_attempt(&keys.name, |conn| call.invoke(conn), Option::is_none)?;
         Ok(Attempt::from_reply(pttl))
     }
 
@@ -183,14 +181,14 @@ impl LockStore {
         self.run_attempt(
             &keys.name,
             |conn| {
-                let reply = query_loading_scripts(conn, |conn| call.query(conn))?;
+                let reply = call.invoke(conn)?;
                 Attempt::from_fenced_reply(reply)
             },
             |attempt| attempt.is_acquired(),
         )
     }
 
-    /// `EVALSHA` of the acquire script up to `ARGV[4]`, or with `fenced` of the fenced one,
+    /// A call of the acquire script up to `ARGV[4]`, or with `fenced` of the fenced one,
     /// naming the waiters hash with `waiters` (see `scripts.rs` for their KEYS and ARGV: the
     /// fenced one has the counter as `KEYS[2]`, the waiters hash as `KEYS[4]`). The waiters
     /// hash is named only where needed: during a slot migration, a key missing on the target
@@ -203,22 +201,17 @@ impl LockStore {
         attempt_id: &str,
         fenced: bool,
         waiters: bool,
-    ) -> redis::Cmd {
-        let mut call = redis::cmd("EVALSHA");
+    ) -> ScriptInvocation<'static> {
+        let mut call;
         if fenced {
-            call.arg(self.scripts.fenced_acquire.get_hash())
-                .arg(3 + u8::from(waiters))
-                .arg(&*keys.name)
-                .arg(keys.token_key())
-                .arg(keys.attempt_marker(owner));
+            call = LOCK_SCRIPTS.fenced_acquire.key(&*keys.name);
+            call.key(keys.token_key()).key(keys.attempt_marker(owner));
         } else {
-            call.arg(self.scripts.acquire.get_hash())
-                .arg(2 + u8::from(waiters))
-                .arg(&*keys.name)
-                .arg(keys.attempt_marker(owner));
+            call = LOCK_SCRIPTS.acquire.key(&*keys.name);
+            call.key(keys.attempt_marker(owner));
         }
         if waiters {
-            call.arg(keys.waiters_key());
+            call.key(keys.waiters_key());
         }
         call.arg(lease_ms)
             .arg(owner)
@@ -229,8 +222,8 @@ impl LockStore {
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`). On the last, the lock
     /// is granted to the first registered waiter of another client when every subscriber of
-    /// its channel but this client's own listener (`own_listener`) is such a waiter
-    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `ignored_listeners` of the
+    /// its channel but this client's own listener (`listeners.own`) is such a waiter
+    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `listeners.ignored` of the
     /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
     /// same script call: the handoff to the next local thread.
     ///
@@ -247,14 +240,11 @@ impl LockStore {
     ) -> Result<Release> {
         let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
         let reply = self.release_with_latch(keys, |conn, latch, previous| {
-            let mut call = redis::cmd("EVALSHA");
-            call.arg(self.scripts.release.get_hash())
-                .arg(4 + previous.len())
-                .arg(&*keys.name)
-                .arg(keys.channel())
-                .arg(latch)
-                .arg(keys.waiters_key())
-                .arg(previous);
+            let mut call = LOCK_SCRIPTS.release.key(&*keys.name);
+            call.key(keys.channel())
+                .key(latch)
+                .key(keys.waiters_key())
+                .key(previous);
             call.arg(UNLOCK_MESSAGE)
                 .arg(lease_ms)
                 .arg(owner)
@@ -265,7 +255,7 @@ impl LockStore {
                 .arg(next_lease_ms)
                 .arg(u64::from(listeners.own))
                 .arg(self.numsub_command);
-            query_loading_scripts(conn, |conn| call.query::<Option<i64>>(conn))
+            call.invoke::<Option<i64>>(conn)
         })?;
         Ok(Release::from_reply(reply))
     }
@@ -280,17 +270,12 @@ impl LockStore {
         number: u64,
         lease_ms: u64,
     ) -> Result<bool> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.scripts.stop_waiting.get_hash())
-            .arg(2)
-            .arg(&*keys.name)
-            .arg(keys.waiters_key())
+        let mut call = LOCK_SCRIPTS.stop_waiting.key(&*keys.name);
+        call.key(keys.waiters_key())
             .arg(owner)
             .arg(number)
             .arg(lease_ms);
-        let granted: i64 = self.run(Op::StopWaiting, &keys.name, 1, |conn| {
-            query_loading_scripts(conn, |conn| call.query(conn))
-        })?;
+        let granted: i64 = self.run(Op::StopWaiting, &keys.name, 1, |conn| call.invoke(conn))?;
         Ok(granted == 1)
     }
 
@@ -306,29 +291,24 @@ impl LockStore {
         timeout_ms: u64,
         budget: Duration,
     ) -> Vec<Option<bool>> {
-        let hash = self.scripts.renew.get_hash();
-        self.per_master(
-            batch,
-            budget,
-            RENEW_KEYS_PER_CALL,
-            &self.scripts.renew,
-            |pipe, chunk| {
-                let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len());
-                for (key, _) in chunk {
-                    call.arg(*key);
-                }
-                call.arg(timeout_ms);
-                for (_, owner) in chunk {
-                    call.arg(*owner);
-                }
-            },
-        )
+        let script = &LOCK_SCRIPTS.renew;
+        self.per_master(batch, budget, RENEW_KEYS_PER_CALL, script, |pipe, chunk| {
+            let mut call = script.prepare_invoke();
+            for (key, _) in chunk {
+                call.key(*key);
+            }
+            call.arg(timeout_ms);
+            for (_, owner) in chunk {
+                call.arg(*owner);
+            }
+            call.add_to(pipe);
+        })
     }
 
     /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
     pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
         let deleted: i64 = self.run(Op::ForceUnlock, &keys.name, 1, |conn| {
-            self.scripts
+            LOCK_SCRIPTS
                 .force_unlock
                 .key(&*keys.name)
                 .key(keys.channel())
@@ -343,7 +323,7 @@ impl LockStore {
     /// or a hash of somebody's data, is [`Error::WrongType`], not "locked" (`INSPECT`).
     fn inspect(&self, operation: Op, keys: &LockKeys, owner: &str) -> Result<(bool, u32)> {
         let (held, holds): (i64, i64) = self.run(operation, &keys.name, 1, |conn| {
-            self.scripts
+            LOCK_SCRIPTS
                 .inspect
                 .key(&*keys.name)
                 .arg(owner)

@@ -25,6 +25,7 @@ use redis::{RedisError, Value};
 use super::{is_broken, is_dead_connection, is_not_local, LockStore, Op};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledConnection};
+use crate::scripts::Script;
 
 /// The shortest read timeout a pipeline's replies get: after the sweep's deadline, replies
 /// already in the socket are still read (their renewals happened), and no more are waited for.
@@ -74,7 +75,7 @@ impl LockStore {
         batch: &[(&str, &str)],
         budget: Duration,
         per_call: usize,
-        script: &redis::Script,
+        script: &Script,
         call: impl Fn(&mut redis::Pipeline, &[(&str, &str)]),
     ) -> Vec<Option<bool>> {
         let deadline = Instant::now() + budget;
@@ -179,7 +180,7 @@ impl LockStore {
 struct Round<'a, F> {
     store: &'a LockStore,
     batch: &'a [(&'a str, &'a str)],
-    script: &'a redis::Script,
+    script: &'a Script,
     call: &'a F,
     deadline: Instant,
     /// A reply said the masters moved (MOVED, READONLY, ...) or one refused connections: the
