@@ -27,7 +27,7 @@ use redis::{Connection, RedisResult};
 use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{Pool, PooledConnection};
 use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
 use crate::stats::Counters;
@@ -307,89 +307,120 @@ impl LockStore {
     ) -> Result<T> {
         let started = Instant::now();
         let deadline = started + budget.max(Duration::from_millis(1));
-        let (mut pool, mut generation) = self.topology.route_by(name, Some(deadline))?;
-        let mut asking = false;
-        let mut redirects = 0;
-        // What made the call look for the master again, last: when the time runs out while it
-        // looks, that (the failover) is what the caller is told, not a timeout of nothing.
-        let mut failover: Option<(Failed, String)> = None;
+        let (pool, generation) = self.topology.route_by(name, Some(deadline))?;
+        let mut route = Route {
+            pool,
+            generation,
+            asking: false,
+            redirects: 0,
+            failover: None,
+        };
         loop {
-            let failed =
-                match self.run_on(&pool, operation, commands, deadline, asking, (&op, wrote)) {
-                    Ok(value) => return Ok(value),
-                    Err(Failed::Other(Error::Timeout { .. })) if failover.is_some() => {
-                        let (failed, addr) = failover.expect("checked");
-                        return Err(Error::at(addr, failed.into_error(self, operation, name)));
-                    }
-                    Err(failed) => failed,
-                };
+            let sent = self.run_on(
+                &route.pool,
+                operation,
+                commands,
+                deadline,
+                route.asking,
+                (&op, wrote),
+            );
+            let failed = match sent {
+                Ok(value) => return Ok(value),
+                // Out of time while looking for the master: the failover is the news, not a
+                // timeout of nothing.
+                Err(Failed::Other(Error::Timeout { .. })) if route.failover.is_some() => {
+                    let (failed, addr) = route.failover.take().expect("checked");
+                    return Err(Error::at(addr, failed.into_error(self, operation, name)));
+                }
+                Err(failed) => failed,
+            };
             let time_left = Instant::now() < deadline;
-            asking = false;
-            if let Some((addr, ask)) = failed.redirection() {
-                if time_left && redirects < REDIRECTS_MAX {
-                    redirects += 1;
-                    if ask {
-                        // The slot is moving: this key is at `addr` already, for this command
-                        // only (ASKING first).
-                        pool = self.topology.node(&addr)?;
-                        asking = true;
-                    } else {
-                        // The slot moved: ask for the new map, and send this command where
-                        // the server said (the map may be too fresh to be asked again yet).
-                        self.topology.refresh_by(generation, deadline);
-                        generation = self.topology.map().generation;
-                        pool = self.topology.node(&addr)?;
-                    }
-                    continue;
-                }
-            } else if time_left && redirects < REDIRECTS_MAX && failed.is_not_local() {
-                // A managed cluster behind one endpoint (ElastiCache Serverless, under load)
-                // sent the script to a node that does not serve its slot. It stopped at its
-                // first key, and every key of a call shares one slot: nothing ran. Asked
-                // again, as after a redirection (the endpoint routes it anew).
-                redirects += 1;
-                log::debug!("{operation} at {}: {failed:?}; asking again", pool.addr());
-                std::thread::sleep(
-                    FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
-                );
-                if self.topology.follows_failovers() {
-                    self.topology.refresh_by(generation, deadline);
-                }
-                (pool, generation) = self.topology.route_by(name, Some(deadline))?;
+            route.asking = false;
+            let Some(failed) =
+                self.reroute(&mut route, operation, name, failed, time_left, deadline)?
+            else {
                 continue;
-            } else if time_left && failed.means_topology_changed(self) {
-                // Waiting for a failover or a migration to end is progress, not a loop of
-                // redirections: a slot half-way through a migration answers TRYAGAIN (from
-                // its new owner, for a script whose keys are not all there yet) until it ends.
-                redirects = 0;
-                log::debug!(
-                    "{operation} at {}: {failed:?}; finding the master again",
-                    pool.addr()
-                );
-                std::thread::sleep(
-                    FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())),
-                );
-                self.topology.refresh_by(generation, deadline);
-                failover = Some((failed, pool.addr().to_owned()));
-                (pool, generation) = self.topology.route_by(name, Some(deadline))?;
-                // `run_on` sends nothing once the deadline has passed.
-                continue;
-            }
+            };
             let in_failover = !time_left && failed.means_topology_changed(self);
             let err = failed.into_error(self, operation, name).timed(started);
             // Out of time in a failover: which master failed is part of the news.
             return Err(if in_failover {
-                Error::at(pool.addr(), err)
+                Error::at(route.pool.addr(), err)
             } else {
                 err
             });
         }
     }
 
+    /// Where a command that `failed` goes next, when it did not run and may go again:
+    /// `route` is pointed there and `None` returned; else the failure to report. Only with
+    /// `time_left` (and for redirections, fewer than `REDIRECTS_MAX` of them).
+    fn reroute(
+        &self,
+        route: &mut Route,
+        operation: Op,
+        name: &str,
+        failed: Failed,
+        time_left: bool,
+        deadline: Instant,
+    ) -> Result<Option<Failed>> {
+        let redirects_left = time_left && route.redirects < REDIRECTS_MAX;
+        if let Some((addr, ask)) = failed.redirection() {
+            if !redirects_left {
+                return Ok(Some(failed));
+            }
+            route.redirects += 1;
+            if ask {
+                // The slot is moving: this key is at `addr` already, for this command only
+                // (ASKING first).
+                route.pool = self.topology.node(&addr)?;
+                route.asking = true;
+            } else {
+                // The slot moved: ask for the new map, and send this command where the server
+                // said (the map may be too fresh to be asked again yet).
+                self.topology.refresh_by(route.generation, deadline);
+                route.generation = self.topology.map().generation;
+                route.pool = self.topology.node(&addr)?;
+            }
+        } else if redirects_left && failed.is_not_local() {
+            // A managed cluster behind one endpoint (ElastiCache Serverless, under load) sent
+            // the script to a node that does not serve its slot. It stopped at its first key,
+            // and every key of a call shares one slot: nothing ran. Asked again, as after a
+            // redirection (the endpoint routes it anew).
+            route.redirects += 1;
+            log::debug!(
+                "{operation} at {}: {failed:?}; asking again",
+                route.pool.addr()
+            );
+            pause_before_asking_again(deadline);
+            if self.topology.follows_failovers() {
+                self.topology.refresh_by(route.generation, deadline);
+            }
+            (route.pool, route.generation) = self.topology.route_by(name, Some(deadline))?;
+        } else if time_left && failed.means_topology_changed(self) {
+            // Waiting for a failover or a migration to end is progress, not a loop of
+            // redirections: a slot half-way through a migration answers TRYAGAIN (from its
+            // new owner, for a script whose keys are not all there yet) until it ends.
+            route.redirects = 0;
+            log::debug!(
+                "{operation} at {}: {failed:?}; finding the master again",
+                route.pool.addr()
+            );
+            pause_before_asking_again(deadline);
+            self.topology.refresh_by(route.generation, deadline);
+            route.failover = Some((failed, route.pool.addr().to_owned()));
+            // `run_on` sends nothing once the deadline has passed.
+            (route.pool, route.generation) = self.topology.route_by(name, Some(deadline))?;
+        } else {
+            return Ok(Some(failed));
+        }
+        Ok(None)
+    }
+
     /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
-    /// `asking`), retrying once on a fresh connection when a reused one turned out dead or the
-    /// wait for the reply was interrupted (the process stopped and continued); then,
-    /// for acquires and releases with replica sync on, waits for the replicas.
+    /// `asking`), retrying once on a fresh connection where the operation's policy allows
+    /// (see [`send`](Self::send)); then, for acquires and releases with replica sync on,
+    /// waits for the replicas.
     fn run_on<T, F: Fn(&mut Connection) -> RedisResult<T>>(
         &self,
         pool: &Pool,
@@ -399,73 +430,13 @@ impl LockStore {
         asking: bool,
         (op, wrote): (&F, &dyn Fn(&T) -> bool),
     ) -> std::result::Result<T, Failed> {
-        let mut conn = pool.get_by(deadline).map_err(Failed::Other)?;
+        let conn = pool.get_by(deadline).map_err(Failed::Other)?;
         if Instant::now() >= deadline {
             // An idle connection is handed out whatever the time: a command sent now could
             // only run with its reply given up on (a hold nobody knows of, for an acquire).
-            return Err(Failed::Other(Error::Timeout {
-                operation: operation.name(),
-                after: Duration::ZERO,
-            }));
+            return Err(too_late(operation));
         }
-        self.counters.sent(commands + u64::from(asking));
-        let mut result = self.call(&mut conn, commands, deadline, asking, op);
-        if let Err(err) = &result {
-            // Interrupted: the process was stopped and continued while it waited for the
-            // reply (see `pool::connect_by`); the server is fine, and the command has almost
-            // surely run.
-            let interrupted = crate::pool::is_interrupted(err);
-            if (conn.reused && is_dead_connection(err)) || interrupted {
-                let repeat = if interrupted {
-                    operation.policy().after_interrupt
-                } else {
-                    operation.policy().after_dead_connection
-                };
-                if !repeat {
-                    // The server may have run it (before the connection died, in a CLIENT
-                    // KILL's pass; almost surely, when the wait was interrupted): sent again,
-                    // it would count twice. The caller is told; after a dead connection the
-                    // next call gets a new one.
-                    conn.discard();
-                    if !interrupted {
-                        pool.drop_idle();
-                    }
-                    return Err(Failed::Redis(result.err().expect("an error")));
-                }
-                if Instant::now() >= deadline {
-                    conn.discard();
-                    // No time is left to send it again (and wait for the reply).
-                    return Err(Failed::Other(Error::Timeout {
-                        operation: operation.name(),
-                        after: Duration::ZERO,
-                    }));
-                }
-                if interrupted {
-                    log::debug!("{operation}: waiting for the reply was interrupted; sending it again on a new connection");
-                } else {
-                    log::debug!(
-                        "{operation}: pooled connection was dead ({err}); retrying on a new one"
-                    );
-                }
-                if !interrupted {
-                    // Its idle siblings are most likely dead too (a restart). After an
-                    // interrupt they are fine: none of them was waiting.
-                    pool.drop_idle();
-                }
-                conn = conn.reconnect(deadline).map_err(Failed::Other)?;
-                if Instant::now() >= deadline {
-                    // Connecting took the time left: a command sent now could only run with
-                    // its reply given up on.
-                    return Err(Failed::Other(Error::Timeout {
-                        operation: operation.name(),
-                        after: Duration::ZERO,
-                    }));
-                }
-                self.counters.reconnect();
-                self.counters.sent(commands + u64::from(asking));
-                result = self.call(&mut conn, commands, deadline, asking, op);
-            }
-        }
+        let (conn, result) = self.send(pool, conn, operation, commands, deadline, asking, op)?;
         let value = match result {
             Ok(value) => value,
             Err(err) => {
@@ -478,48 +449,128 @@ impl LockStore {
         if let Some(timeout) = self.replica_sync {
             if operation.policy().replicated {
                 let wrote = wrote(&value);
-                match self.sync_replicas(pool, &mut conn, operation.name(), timeout, wrote) {
-                    Ok(()) => {}
-                    // A release happened whatever the replicas say, or whether asking them
-                    // failed (its reply is in): the lock is free on the master, and failing
-                    // the unlock would only make the caller retry it, or take a release that
-                    // ran for one that did not.
-                    Err(failed) if operation == Op::Release => {
-                        if let Failed::Redis(err) = &failed {
-                            if is_broken(err) {
-                                conn.discard();
-                            }
-                        }
-                        log::warn!("release at {}: {failed:?}", pool.addr());
-                    }
-                    // The acquire took its hold, and whether a replica has it is unknown (the
-                    // reply was lost, or WAIT was refused): the caller rolls it back as it
-                    // does when none acknowledged (a plain error would leave a hold that
-                    // nobody releases or renews).
-                    Err(Failed::Redis(err)) if wrote && operation == Op::Acquire => {
-                        if is_broken(&err) {
-                            conn.discard();
-                        }
-                        log::warn!(
-                            "acquire at {}: no replica acknowledgement could be read ({err})",
-                            pool.addr()
-                        );
-                        return Err(Failed::Other(Error::NotReplicated {
-                            operation: operation.name(),
-                            replicas: pool.replicas(),
-                            timeout,
-                        }));
-                    }
-                    Err(failed) => {
-                        if matches!(failed, Failed::Redis(_)) {
-                            conn.discard();
-                        }
-                        return Err(failed);
-                    }
-                }
+                self.await_replicas(pool, conn, operation, timeout, wrote)?;
             }
         }
         Ok(value)
+    }
+
+    /// Sends `op` on `conn`, and once more on a fresh connection when `conn` was reused and
+    /// turned out dead, or the wait for the reply was interrupted (the process stopped and
+    /// continued), if the operation's policy allows (see [`Op::policy`]). Returns the
+    /// connection the last send went out on, and its result.
+    #[allow(clippy::too_many_arguments)]
+    fn send<'p, T, F: Fn(&mut Connection) -> RedisResult<T>>(
+        &self,
+        pool: &'p Pool,
+        mut conn: PooledConnection<'p>,
+        operation: Op,
+        commands: u64,
+        deadline: Instant,
+        asking: bool,
+        op: &F,
+    ) -> std::result::Result<(PooledConnection<'p>, RedisResult<T>), Failed> {
+        self.counters.sent(commands + u64::from(asking));
+        let result = self.call(&mut conn, commands, deadline, asking, op);
+        let Err(err) = &result else {
+            return Ok((conn, result));
+        };
+        // Interrupted: the process was stopped and continued while it waited for the reply
+        // (see `pool::connect_by`); the server is fine, and the command has almost surely run.
+        let interrupted = crate::pool::is_interrupted(err);
+        let dead = conn.reused && is_dead_connection(err);
+        if !interrupted && !dead {
+            return Ok((conn, result));
+        }
+        let policy = operation.policy();
+        let repeat = if interrupted {
+            policy.after_interrupt
+        } else {
+            policy.after_dead_connection
+        };
+        if !repeat {
+            // The server may have run it (before the connection died, in a CLIENT KILL's
+            // pass; almost surely, when the wait was interrupted): sent again, it would count
+            // twice. The caller is told; after a dead connection the next call gets a new one.
+            conn.discard();
+            if !interrupted {
+                pool.drop_idle();
+            }
+            return Err(Failed::Redis(result.err().expect("an error")));
+        }
+        if Instant::now() >= deadline {
+            conn.discard();
+            // No time is left to send it again (and wait for the reply).
+            return Err(too_late(operation));
+        }
+        if interrupted {
+            log::debug!("{operation}: waiting for the reply was interrupted; sending it again on a new connection");
+        } else {
+            log::debug!("{operation}: pooled connection was dead ({err}); retrying on a new one");
+            // Its idle siblings are most likely dead too (a restart). After an interrupt
+            // they are fine: none of them was waiting.
+            pool.drop_idle();
+        }
+        let mut conn = conn.reconnect(deadline).map_err(Failed::Other)?;
+        if Instant::now() >= deadline {
+            // Connecting took the time left: a command sent now could only run with its reply
+            // given up on.
+            return Err(too_late(operation));
+        }
+        self.counters.reconnect();
+        self.counters.sent(commands + u64::from(asking));
+        let result = self.call(&mut conn, commands, deadline, asking, op);
+        Ok((conn, result))
+    }
+
+    /// After an acquire or release with replica sync on: waits for the replicas (see
+    /// `sync_replicas`), and tells what their silence means for the operation.
+    fn await_replicas(
+        &self,
+        pool: &Pool,
+        mut conn: PooledConnection<'_>,
+        operation: Op,
+        timeout: Duration,
+        wrote: bool,
+    ) -> std::result::Result<(), Failed> {
+        match self.sync_replicas(pool, &mut conn, operation.name(), timeout, wrote) {
+            Ok(()) => Ok(()),
+            // A release happened whatever the replicas say, or whether asking them failed
+            // (its reply is in): the lock is free on the master, and failing the unlock would
+            // only make the caller retry it, or take a release that ran for one that did not.
+            Err(failed) if operation == Op::Release => {
+                if let Failed::Redis(err) = &failed {
+                    if is_broken(err) {
+                        conn.discard();
+                    }
+                }
+                log::warn!("release at {}: {failed:?}", pool.addr());
+                Ok(())
+            }
+            // The acquire took its hold, and whether a replica has it is unknown (the reply
+            // was lost, or WAIT was refused): the caller rolls it back as it does when none
+            // acknowledged (a plain error would leave a hold that nobody releases or renews).
+            Err(Failed::Redis(err)) if wrote && operation == Op::Acquire => {
+                if is_broken(&err) {
+                    conn.discard();
+                }
+                log::warn!(
+                    "acquire at {}: no replica acknowledgement could be read ({err})",
+                    pool.addr()
+                );
+                Err(Failed::Other(Error::NotReplicated {
+                    operation: operation.name(),
+                    replicas: pool.replicas(),
+                    timeout,
+                }))
+            }
+            Err(failed) => {
+                if matches!(failed, Failed::Redis(_)) {
+                    conn.discard();
+                }
+                Err(failed)
+            }
+        }
     }
 
     /// Runs `op` on `conn` with its replies due by `deadline`.
@@ -565,3 +616,31 @@ fn publish_query(conn: &mut Connection, channel: &str, message: &str) -> RedisRe
 /// How much longer than its budget a call may take rather than pay two system calls to
 /// shorten its read timeout: the time it may spend getting a pooled connection.
 const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(5);
+
+/// Where a command goes, and what its earlier sends met.
+struct Route {
+    pool: Arc<Pool>,
+    /// The generation of the map `pool` was found in.
+    generation: u64,
+    /// `ASKING` first: the node is importing the key's slot (an ASK reply).
+    asking: bool,
+    /// MOVED, ASK and "non local key" replies followed so far.
+    redirects: u32,
+    /// What made the call look for the master again, last, and where: when the time runs
+    /// out while it looks, that (the failover) is what the caller is told.
+    failover: Option<(Failed, String)>,
+}
+
+/// The error of a command that the deadline left no time to send.
+fn too_late(operation: Op) -> Failed {
+    Failed::Other(Error::Timeout {
+        operation: operation.name(),
+        after: Duration::ZERO,
+    })
+}
+
+/// Waits a little before a command is sent again while a failover is under way, within the
+/// time left.
+fn pause_before_asking_again(deadline: Instant) {
+    std::thread::sleep(FAILOVER_RETRY.min(deadline.saturating_duration_since(Instant::now())));
+}
