@@ -42,6 +42,8 @@ mod resend;
 pub(crate) use reentrant::{Attempt, Listeners, Release, Waiting, UNLOCK_MESSAGE};
 pub(crate) use resend::is_not_local;
 pub(crate) use resend::Op;
+#[cfg(doc)]
+use resend::Policy;
 use resend::{is_broken, is_dead_connection, is_unreachable, Failed};
 
 /// How many MOVED or ASK redirections one command follows before giving up.
@@ -279,10 +281,10 @@ impl LockStore {
     /// `op` runs again only where it did not run: after a MOVED or ASK reply (on the node
     /// named), after READONLY or CLUSTERDOWN or a refused connection during a failover (on
     /// the master found again), and on a fresh connection when a pooled one turned out dead
-    /// (where it may have run after all: see `may_repeat`; an acquire's attempt id makes the
-    /// second send take nothing more). Besides, an idempotent `op` is sent again when the wait
-    /// for its reply was interrupted (`is_idempotent`). A timeout is never retried, since the
-    /// command may still run on the server.
+    /// (where it may have run after all: only where `operation`'s [`Policy`] allows; an
+    /// acquire's attempt id makes the second send take nothing more). Besides, an idempotent
+    /// `op` is sent again when the wait for its reply was interrupted. A timeout is never
+    /// retried, since the command may still run on the server.
     pub(crate) fn run_within<T>(
         &self,
         operation: Op,
