@@ -12,14 +12,14 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Script;
-
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{check_name, count_down_latch_channel, shown};
 use crate::options::WaitOptions;
+use crate::scripts::Script;
+use crate::store::Op;
 
 /// Published when the count reaches zero: every waiter may go (Redisson's message).
 const ZERO_MESSAGE: &str = "0";
@@ -126,7 +126,7 @@ impl CountDownLatch {
         }
         let store = engine.store();
         let set: i64 = store.invoke(
-            "count-down latch try_set_count",
+            Op::LatchTrySetCount,
             &self.name,
             TRY_SET_COUNT
                 .key(&*self.name)
@@ -148,7 +148,7 @@ impl CountDownLatch {
         let engine = self.engine()?;
         let store = engine.store();
         let _left: i64 = store.invoke(
-            "count-down latch count_down",
+            Op::LatchCountDown,
             &self.name,
             COUNT_DOWN
                 .key(&*self.name)
@@ -226,7 +226,7 @@ impl CountDownLatch {
         let value: Option<String> =
             engine
                 .store()
-                .run_within("count-down latch count", &self.name, 1, budget, |conn| {
+                .run_within(Op::LatchCount, &self.name, 1, budget, |conn| {
                     redis::cmd("GET").arg(&*self.name).query(conn)
                 })?;
         let Some(value) = value else {

@@ -13,8 +13,6 @@
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::Script;
-
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
@@ -23,9 +21,9 @@ use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{
-    attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply,
+    attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply, Script,
 };
-use crate::store::{Attempt, Listeners, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
 ///
@@ -288,7 +286,7 @@ impl LockKind for Fair {
             .arg(queue_timeout_ms(store, args))
             .arg(UNLOCK_MESSAGE)
             .arg(store.publish_command());
-        store.invoke::<()>("leave the queue", &keys.name, &call)
+        store.invoke::<()>(Op::LeaveQueue, &keys.name, &call)
     }
 
     fn release(

@@ -11,7 +11,7 @@ use crate::kind::{LockKind, REENTRANT};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::{AcquireOptions, Lease};
-use crate::store::Listeners;
+use crate::store::{Listeners, Op};
 
 /// A handle on one named lock. Cheap to create ([`LockManager::get_lock`] does no I/O) and
 /// to clone; it keeps its manager alive.
@@ -156,7 +156,7 @@ impl Lock {
         let value: Option<String> =
             engine
                 .store()
-                .run_within("current_token", &keys.name, 1, budget, |conn| {
+                .run_within(Op::CurrentToken, &keys.name, 1, budget, |conn| {
                     redis::cmd("GET").arg(&key).query(conn)
                 })?;
         value

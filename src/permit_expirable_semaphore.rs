@@ -15,14 +15,14 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::Script;
-
 use crate::counting::{deadline_after, wait_on_channel_or_timer, Look};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{check_cluster_name, check_name, permit_timeout_key, semaphore_channel};
+use crate::scripts::Script;
 use crate::semaphore::Semaphore;
+use crate::store::Op;
 
 /// The score of a permit without a lease: Redisson's `nonExpirableTimeout` (about 29,000 years
 /// from 1970), so that both clients read such a permit as never expiring.
@@ -245,7 +245,7 @@ impl PermitExpirableSemaphore {
         }
         let now: Option<i64> = self.invoke(
             engine,
-            "permit-expirable semaphore add_permits",
+            Op::PermitSemaphoreAddPermits,
             &ADD_PERMITS,
             |call| {
                 call.arg(permits).arg(Semaphore::MAX_PERMITS);
@@ -300,14 +300,9 @@ impl PermitExpirableSemaphore {
     pub fn try_release(&self, id: &str) -> Result<bool> {
         let engine = self.engine()?;
         let raw = parse_id(id)?;
-        let released: i64 = self.invoke(
-            engine,
-            "permit-expirable semaphore release",
-            &RELEASE,
-            |call| {
-                call.arg(&raw[..]);
-            },
-        )?;
+        let released: i64 = self.invoke(engine, Op::PermitSemaphoreRelease, &RELEASE, |call| {
+            call.arg(&raw[..]);
+        })?;
         Ok(released == 1)
     }
 
@@ -319,7 +314,7 @@ impl PermitExpirableSemaphore {
         let lease_ms = crate::config::to_millis("lease", lease)?;
         let updated: i64 = self.invoke(
             engine,
-            "permit-expirable semaphore update_lease_time",
+            Op::PermitSemaphoreUpdateLease,
             &UPDATE_LEASE,
             |call| {
                 call.arg(&raw[..]).arg(now_ms() + lease_ms);
@@ -346,7 +341,7 @@ impl PermitExpirableSemaphore {
         let key = permit_timeout_key(&self.name);
         let budget = engine.config().response_timeout;
         let members: Vec<(Vec<u8>, u64)> = engine.store().run_within(
-            "permit-expirable semaphore leases",
+            Op::PermitSemaphoreLeases,
             &self.name,
             1,
             budget,
@@ -373,7 +368,7 @@ impl PermitExpirableSemaphore {
         check_count(permits)?;
         let set: i64 = self.invoke(
             engine,
-            "permit-expirable semaphore set_permits",
+            Op::PermitSemaphoreSetPermits,
             &SET_PERMITS,
             |call| {
                 call.arg(permits)
@@ -385,7 +380,7 @@ impl PermitExpirableSemaphore {
 
     fn counts(&self) -> Result<(i64, u64)> {
         let engine = self.engine()?;
-        self.invoke(engine, "permit-expirable semaphore counts", &COUNTS, |_| {})
+        self.invoke(engine, Op::PermitSemaphoreCounts, &COUNTS, |_| {})
     }
 
     /// Waits (until `deadline`; `None`: no limit) for one permit, under one id for the whole
@@ -406,14 +401,10 @@ impl PermitExpirableSemaphore {
         let taken =
             wait_on_channel_or_timer(engine, &self.name, &channel, deadline, &stop, || {
                 let expiry = lease_ms.map_or(NO_EXPIRY, |ms| now_ms() + ms);
-                let reply: i64 = self.invoke(
-                    engine,
-                    "permit-expirable semaphore acquire",
-                    &ACQUIRE,
-                    |call| {
+                let reply: i64 =
+                    self.invoke(engine, Op::PermitSemaphoreAcquire, &ACQUIRE, |call| {
                         call.arg(expiry).arg(&raw[..]).arg(NO_EXPIRY);
-                    },
-                )?;
+                    })?;
                 Ok(match u64::try_from(reply) {
                     Ok(0) => Look::Got,
                     // The nearest lease ends then: look again 1 ms after (scores are inclusive).
@@ -431,9 +422,9 @@ impl PermitExpirableSemaphore {
     fn invoke<T: redis::FromRedisValue>(
         &self,
         engine: &Engine,
-        operation: &'static str,
+        operation: Op,
         script: &Script,
-        more: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        more: impl FnOnce(&mut crate::scripts::ScriptInvocation<'_>),
     ) -> Result<T> {
         let store = engine.store();
         let mut invocation = script.prepare_invoke();

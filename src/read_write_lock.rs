@@ -13,8 +13,6 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
 use crate::error::{Error, Result};
 use crate::fair_lock::parse_attempt;
 use crate::guard::LockGuard;
@@ -23,7 +21,7 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::{attempt_script, latched_script, replay_lock_reply};
+use crate::scripts::{attempt_script, latched_script, replay_lock_reply, Script};
 
 /// Lua, the start of both acquires: `mode` is the lock's mode, and a key of the name that is
 /// not a read-write lock is refused with WRONGTYPE and left untouched (a string or a list by
@@ -351,25 +349,25 @@ impl LockKind for Read {
         timeout_ms: u64,
         budget: Duration,
     ) -> Vec<Option<bool>> {
-        let hash = READ_RENEW_SCRIPT.get_hash();
         store.per_master(
             batch,
             budget,
             READ_RENEWALS_PER_CALL,
             &READ_RENEW_SCRIPT,
             |pipe, chunk| {
-                let call = pipe.cmd("EVALSHA").arg(hash).arg(chunk.len() * 2);
+                let mut call = READ_RENEW_SCRIPT.prepare_invoke();
                 for (name, _) in chunk {
                     // Names in the batch come from held locks, so they are valid.
                     let prefix = LockKeys::new(name)
                         .map(|keys| keys.read_key_prefix())
                         .unwrap_or_default();
-                    call.arg(*name).arg(prefix);
+                    call.key(*name).key(prefix);
                 }
                 call.arg(timeout_ms);
                 for (_, owner) in chunk {
                     call.arg(*owner);
                 }
+                call.add_to(pipe);
             },
         )
     }

@@ -1,10 +1,13 @@
 //! The Lua scripts that change lock state atomically on the server.
 //!
 //! Each one has the effect docs/DESIGN.md describes for Redisson's scripts, so a Java
-//! client and this crate can share a lock; the code is our own. Scripts are sent with EVALSHA
-//! and loaded again when the server answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
+//! client and this crate can share a lock; the code is our own. Every script, the lock kinds'
+//! too, is sent through [`Script`]: by EVALSHA, and loaded again when the server answers
+//! NOSCRIPT (after a restart or `SCRIPT FLUSH`).
 
-use redis::Script;
+use std::sync::OnceLock;
+
+use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
 /// Builds a release script made idempotent by an unlock latch: `body` runs after the prologue
 /// every kind's release shares, which deletes this client's earlier latches of the lock
@@ -551,8 +554,111 @@ return {1, tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')}
 "#
 );
 
-/// The compiled (hashed) scripts, shared by everything that talks to one deployment.
-pub(crate) struct Scripts {
+/// A Lua script, sent by its SHA1 (`EVALSHA`). Every script call of the crate goes through
+/// here: [`ScriptInvocation::invoke`] for one call, the one place where a script the server
+/// lost (a restart, `SCRIPT FLUSH`, a failover to a node that never loaded it: NOSCRIPT) is
+/// loaded and the call sent once more; [`ScriptInvocation::add_to`] for a call in a renewal
+/// pipeline, whose NOSCRIPT replies the sweep answers with [`Script::load`] (see
+/// `store::renewal`).
+pub(crate) struct Script {
+    source: &'static str,
+    hash: OnceLock<String>,
+}
+
+impl Script {
+    pub(crate) const fn new(source: &'static str) -> Self {
+        Script {
+            source,
+            hash: OnceLock::new(),
+        }
+    }
+
+    /// The SHA1 of the source, in hex, as the server names the script.
+    pub(crate) fn get_hash(&self) -> &str {
+        self.hash
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
+    }
+
+    /// Loads the script on the server (`SCRIPT LOAD`); replies its hash.
+    pub(crate) fn load(&self, conn: &mut dyn ConnectionLike) -> RedisResult<String> {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(self.source)
+            .query(conn)
+    }
+
+    /// A call of the script, to which keys and arguments are added.
+    pub(crate) fn prepare_invoke(&self) -> ScriptInvocation<'_> {
+        ScriptInvocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// A call with `key` as `KEYS[1]`.
+    pub(crate) fn key<T: ToRedisArgs>(&self, key: T) -> ScriptInvocation<'_> {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+}
+
+/// One call of a [`Script`]: its keys and arguments.
+pub(crate) struct ScriptInvocation<'a> {
+    script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptInvocation<'_> {
+    /// Adds the next key (`KEYS[n]`).
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds the next argument (`ARGV[n]`).
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Sends the call; when the server does not have the script, loads it and sends the call
+    /// once more. Nothing of a call refused with NOSCRIPT ran, so the second send is its only
+    /// run.
+    pub(crate) fn invoke<T: FromRedisValue>(
+        &self,
+        conn: &mut dyn ConnectionLike,
+    ) -> RedisResult<T> {
+        let call = self.command();
+        match call.query(conn) {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load(conn)?;
+                call.query(conn)
+            }
+            other => other,
+        }
+    }
+
+    /// Adds the call to a pipeline (a renewal sweep's).
+    pub(crate) fn add_to(&self, pipe: &mut redis::Pipeline) {
+        pipe.add_command(self.command());
+    }
+
+    fn command(&self) -> redis::Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&*self.keys)
+            .arg(&*self.args);
+        call
+    }
+}
+
+/// The reentrant lock's scripts, loaded on every master when a manager starts so that the
+/// first call of each does not meet NOSCRIPT.
+pub(crate) struct LockScripts {
     pub(crate) acquire: Script,
     pub(crate) fenced_acquire: Script,
     pub(crate) release: Script,
@@ -562,37 +668,63 @@ pub(crate) struct Scripts {
     pub(crate) stop_waiting: Script,
 }
 
-impl Scripts {
-    pub(crate) fn new() -> Self {
-        Scripts {
-            acquire: Script::new(ACQUIRE),
-            fenced_acquire: Script::new(FENCED_ACQUIRE),
-            release: Script::new(RELEASE),
-            renew: Script::new(RENEW),
-            force_unlock: Script::new(FORCE_UNLOCK),
-            inspect: Script::new(INSPECT),
-            stop_waiting: Script::new(STOP_WAITING),
-        }
+pub(crate) static LOCK_SCRIPTS: LockScripts = LockScripts {
+    acquire: Script::new(ACQUIRE),
+    fenced_acquire: Script::new(FENCED_ACQUIRE),
+    release: Script::new(RELEASE),
+    renew: Script::new(RENEW),
+    force_unlock: Script::new(FORCE_UNLOCK),
+    inspect: Script::new(INSPECT),
+    stop_waiting: Script::new(STOP_WAITING),
+};
+
+impl LockScripts {
+    pub(crate) fn all(&self) -> [&Script; 7] {
+        [
+            &self.acquire,
+            &self.fenced_acquire,
+            &self.release,
+            &self.renew,
+            &self.force_unlock,
+            &self.inspect,
+            &self.stop_waiting,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Script, LOCK_SCRIPTS, RELEASE};
+
+    #[test]
+    fn a_call_is_evalsha_of_the_hash_with_its_keys_then_its_arguments() {
+        let script = Script::new("return 1");
+        let mut call = script.key("lock");
+        call.key(&["latch", "earlier"][..])
+            .arg(30_000u64)
+            .arg("")
+            .arg(7i64);
+        let mut pipe = redis::pipe();
+        call.add_to(&mut pipe);
+        let expected = redis::cmd("EVALSHA")
+            .arg(redis::Script::new("return 1").get_hash())
+            .arg(3)
+            .arg("lock")
+            .arg("latch")
+            .arg("earlier")
+            .arg(30_000u64)
+            .arg("")
+            .arg(7i64)
+            .get_packed_command();
+        assert_eq!(pipe.get_packed_pipeline(), expected);
     }
 
-    /// Every script's source, loaded when a manager starts so that the first EVALSHA of
-    /// each does not meet NOSCRIPT.
-    pub(crate) const SOURCES: [&'static str; 7] = [
-        ACQUIRE,
-        FENCED_ACQUIRE,
-        RELEASE,
-        RENEW,
-        FORCE_UNLOCK,
-        INSPECT,
-        STOP_WAITING,
-    ];
-
-    /// One pipeline that loads every script (after a NOSCRIPT: the server lost them all).
-    pub(crate) fn load_all() -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        for source in Self::SOURCES {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-        }
-        pipe
+    #[test]
+    fn the_lock_scripts_are_hashed_as_the_server_names_them() {
+        assert_eq!(
+            LOCK_SCRIPTS.release.get_hash(),
+            redis::Script::new(RELEASE).get_hash()
+        );
+        assert_eq!(LOCK_SCRIPTS.all().len(), 7);
     }
 }

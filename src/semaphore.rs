@@ -11,8 +11,6 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis::Script;
-
 use crate::attempt_id::AttemptId;
 use crate::cancel::CancelToken;
 use crate::counting::{deadline_after, wait_on_channel};
@@ -21,8 +19,9 @@ use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{attempt_marker, check_name, semaphore_channel};
 use crate::options::WaitOptions;
-use crate::scripts::attempt_script;
+use crate::scripts::{attempt_script, Script};
 use crate::stop::Stop;
+use crate::store::Op;
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits, `ARGV[2]` publish
 /// command. Only a semaphore that does not exist gets its permits: sets the key to `ARGV[1]`,
@@ -220,7 +219,7 @@ impl Semaphore {
         check_permits(permits, true)?;
         let store = engine.store();
         let created: i64 = store.invoke(
-            "semaphore try_set_permits",
+            Op::SemaphoreTrySetPermits,
             &self.name,
             TRY_SET_PERMITS
                 .key(&*self.name)
@@ -307,7 +306,7 @@ impl Semaphore {
     pub fn release(&self, permits: u32) -> Result<()> {
         let engine = self.engine()?;
         check_permits(permits, false)?;
-        let free = self.change_count(engine, "semaphore release", &RELEASE, i64::from(permits))?;
+        let free = self.change_count(engine, Op::SemaphoreRelease, &RELEASE, i64::from(permits))?;
         match free {
             Some(_) => Ok(()),
             None => Err(Error::invalid(
@@ -328,7 +327,7 @@ impl Semaphore {
         let engine = self.engine()?;
         let budget = engine.config().response_timeout;
         let value: Option<String> = engine.store().run_within(
-            "semaphore available_permits",
+            Op::SemaphoreAvailablePermits,
             &self.name,
             1,
             budget,
@@ -383,7 +382,7 @@ impl Semaphore {
         wait_on_channel(engine, &self.name, &self.channel(), deadline, stop, || {
             attempt.start();
             let taken = store.invoke::<i64>(
-                "semaphore acquire",
+                Op::SemaphoreAcquire,
                 &self.name,
                 TRY_ACQUIRE
                     .key(&*self.name)
@@ -408,7 +407,7 @@ impl Semaphore {
     fn change_count(
         &self,
         engine: &Engine,
-        operation: &'static str,
+        operation: Op,
         script: &Script,
         permits: i64,
     ) -> Result<Option<i64>> {
@@ -457,7 +456,7 @@ impl Semaphore {
         }
         let now = self.change_count(
             engine,
-            "semaphore add_permits",
+            Op::SemaphoreAddPermits,
             &ADD_PERMITS,
             i64::from(permits),
         )?;
@@ -479,7 +478,7 @@ impl Semaphore {
     pub fn drain_permits(&self) -> Result<u64> {
         let engine = self.engine()?;
         let drained: i64 = engine.store().invoke(
-            "semaphore drain_permits",
+            Op::SemaphoreDrainPermits,
             &self.name,
             &DRAIN_PERMITS.key(&*self.name),
         )?;

@@ -13,8 +13,6 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
@@ -22,8 +20,8 @@ use crate::lock::{acquire_shorthands, Lock};
 use crate::manager::LockManager;
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
-use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash};
-use crate::store::{Attempt, Listeners, LockStore, Release};
+use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
+use crate::store::{Attempt, Listeners, LockStore, Op, Release};
 
 /// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock
 /// key, `KEYS[2]` this call's latch, `KEYS[3..]` latches of this client's earlier releases of
@@ -215,7 +213,7 @@ impl SpinLock {
         let engine = self.lock.engine()?;
         let mut call = FORCE_UNLOCK_SCRIPT.prepare_invoke();
         call.key(&*keys.name);
-        let deleted: i64 = engine.store().invoke("force unlock", &keys.name, &call)?;
+        let deleted: i64 = engine.store().invoke(Op::ForceUnlock, &keys.name, &call)?;
         engine.forget_holds(keys);
         Ok(deleted == 1)
     }

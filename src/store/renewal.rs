@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
-use super::{is_broken, is_dead_connection, is_not_local, LockStore};
+use super::{is_broken, is_dead_connection, is_not_local, LockStore, Op};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledConnection};
+use crate::scripts::Script;
 
 /// The shortest read timeout a pipeline's replies get: after the sweep's deadline, replies
 /// already in the socket are still read (their renewals happened), and no more are waited for.
@@ -74,7 +75,7 @@ impl LockStore {
         batch: &[(&str, &str)],
         budget: Duration,
         per_call: usize,
-        script: &redis::Script,
+        script: &Script,
         call: impl Fn(&mut redis::Pipeline, &[(&str, &str)]),
     ) -> Vec<Option<bool>> {
         let deadline = Instant::now() + budget;
@@ -179,7 +180,7 @@ impl LockStore {
 struct Round<'a, F> {
     store: &'a LockStore,
     batch: &'a [(&'a str, &'a str)],
-    script: &'a redis::Script,
+    script: &'a Script,
     call: &'a F,
     deadline: Instant,
     /// A reply said the masters moved (MOVED, READONLY, ...) or one refused connections: the
@@ -267,7 +268,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
             return Err(self.too_late());
         }
         let response_timeout = self.store.response_timeout;
-        let classify = |source| self.store.classify("renew", "", source);
+        let classify = |source| self.store.classify(Op::Renew, "", source);
         // A server that stopped reading fills the socket's buffers: a large pipeline's write
         // must not block past the deadline either.
         conn.set_write_timeout(Some(left.min(response_timeout)))
@@ -306,7 +307,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                 // What was read counts: those renewals happened.
                 self.apply(target, outcomes, None, renewed, again);
                 let unread: usize = target.calls[read..].iter().map(Vec::len).sum();
-                self.failed(target, unread, &self.store.classify("renew", "", err));
+                self.failed(target, unread, &self.store.classify(Op::Renew, "", err));
                 return;
             }
             replaced = true;
@@ -522,7 +523,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
     /// The error of a target that the sweep's deadline left no time for.
     fn too_late(&self) -> Error {
         Error::Timeout {
-            operation: "renew",
+            operation: Op::Renew.name(),
             after: Duration::ZERO,
         }
     }

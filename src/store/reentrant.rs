@@ -1,0 +1,370 @@
+//! The reentrant lock's protocol (Redisson's `RLock`): its acquire, fenced acquire, release,
+//! renewal, force unlock and inspections, as script calls through the store, and the replies
+//! every lock kind shares ([`Attempt`], [`Release`]) with what an attempt and a release are
+//! told ([`Waiting`], [`Listeners`]).
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult};
+
+use super::{LockStore, Op};
+use crate::error::{Error, Result};
+use crate::names::LockKeys;
+use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
+
+/// Redis allows many keys per script call, but a renewal script runs while the server does
+/// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
+const RENEW_KEYS_PER_CALL: usize = 100;
+
+/// The message published when a lock is released: Java parses it as a number, and `0` is
+/// Redisson's "unlocked" (wakes one waiter).
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+/// What an acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The lock is ours (new, or one more hold), with its fencing token if fenced.
+    Acquired { token: Option<u64> },
+    /// Someone else holds it; their remaining lease in ms, or `None` when the key has no TTL
+    /// (only a foreign writer can leave it like that).
+    HeldByOther(Option<u64>),
+}
+
+impl Attempt {
+    pub(crate) fn is_acquired(self) -> bool {
+        matches!(self, Attempt::Acquired { .. })
+    }
+
+    /// The acquire script's reply: nil when acquired, else the holder's PTTL.
+    pub(crate) fn from_reply(pttl: Option<i64>) -> Self {
+        match pttl {
+            None => Attempt::Acquired { token: None },
+            Some(ms) => Attempt::HeldByOther(u64::try_from(ms).ok()),
+        }
+    }
+
+    /// The fenced acquire script's reply: `[token]` when acquired, else the holder's PTTL.
+    pub(crate) fn from_fenced_reply(reply: redis::Value) -> RedisResult<Self> {
+        use redis::Value;
+        match reply {
+            Value::Int(ms) => Ok(Attempt::HeldByOther(u64::try_from(ms).ok())),
+            Value::Array(items) => {
+                let token: String = match items.as_slice() {
+                    [item] => redis::from_redis_value_ref(item)?,
+                    _ => String::new(),
+                };
+                let token = token.parse::<u64>().map_err(|_| {
+                    RedisError::from((
+                        ErrorKind::Parse,
+                        "the fencing token counter does not hold a non-negative integer",
+                    ))
+                })?;
+                Ok(Attempt::Acquired { token: Some(token) })
+            }
+            other => Err(RedisError::from((
+                ErrorKind::Parse,
+                "unexpected reply to the fenced acquire",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+}
+
+/// How long a waiter's registration outlives the moment it is due to look again (its
+/// holder's TTL, or its wait's end), for the scheduling and the round trip in between: a
+/// registration that lapses early only means that the waiter is not granted the lock.
+const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
+
+/// A waiter's registration, as an acquire attempt sends it (docs/DESIGN.md, "Grants").
+pub(crate) struct Waiting {
+    /// The wait's number, published when a release grants it the lock.
+    pub(crate) number: u64,
+    /// How long the waiter still waits at most, in ms (`None`: without limit).
+    pub(crate) left_ms: Option<u64>,
+    /// The control channel of the manager's listener on the lock's server, by which a
+    /// release tells that the waiter's manager still listens.
+    pub(crate) control: String,
+}
+
+/// Which of a lock channel's subscribers a release counts as nobody waiting.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Listeners {
+    /// How many subscribers to disregard before the lock is left free for the others
+    /// (this client's own listener, or all of them while yields are suspended).
+    pub(crate) ignored: u64,
+    /// Whether this client's own listener is subscribed (never a waiter to grant to).
+    pub(crate) own: bool,
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The last hold was released; nobody else was told, and no handoff was asked for.
+    Released,
+    /// The last hold was released and the lock acquired for the next local owner.
+    HandedOver,
+    /// The last hold was released and someone besides this client heard the unlock: the lock
+    /// was left free for them.
+    LeftForOthers,
+    /// The last hold was released and the lock granted to a registered waiter of another
+    /// client (docs/DESIGN.md, "Grants").
+    Granted,
+    /// One hold fewer; the owner still holds the lock.
+    StillHeld,
+    /// The owner held no hold: expired, force-unlocked, or someone else's.
+    NotHeld,
+}
+
+impl Release {
+    /// The release script's reply (see `RELEASE` in scripts.rs); other kinds' release
+    /// scripts reply in the same codes.
+    pub(crate) fn from_reply(reply: Option<i64>) -> Self {
+        match reply {
+            None => Release::NotHeld,
+            Some(0) => Release::StillHeld,
+            Some(2) => Release::HandedOver,
+            Some(3) => Release::LeftForOthers,
+            Some(4) => Release::Granted,
+            Some(_) => Release::Released,
+        }
+    }
+}
+
+impl LockStore {
+    /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
+    /// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
+    /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
+    ///
+    /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
+    /// release made to it (docs/DESIGN.md, "Grants") instead of counting a second hold. With
+    /// `waiting` (always fresh), an attempt that finds the lock held registers the caller as a
+    /// waiter that a release may grant the lock to.
+    pub(crate) fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        attempt_id: &str,
+        fresh: bool,
+        waiting: Option<&Waiting>,
+    ) -> Result<Attempt> {
+        let mut call = self.acquire_call(
+            keys,
+            lease_ms,
+            owner,
+            attempt_id,
+            false,
+            fresh || waiting.is_some(),
+        );
+        if let Some(waiting) = waiting {
+            call.arg(waiting.number)
+                .arg(waiting.left_ms.map_or(String::new(), |ms| ms.to_string()))
+                .arg(REGISTRATION_MARGIN.as_millis() as u64)
+                .arg(&waiting.control);
+        }
+        let pttl: Option<i64> =
+            self.run_attempt(&keys.name, |conn| call.invoke(conn), Option::is_none)?;
+        Ok(Attempt::from_reply(pttl))
+    }
+
+    /// One fenced acquire attempt: as [`try_acquire`](Self::try_acquire) (without waiting),
+    /// and on success the lock's fencing counter is incremented and the new token returned.
+    pub(crate) fn try_acquire_fenced(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        attempt_id: &str,
+        fresh: bool,
+    ) -> Result<Attempt> {
+        let call = self.acquire_call(keys, lease_ms, owner, attempt_id, true, fresh);
+        self.run_attempt(
+            &keys.name,
+            |conn| {
+                let reply = call.invoke(conn)?;
+                Attempt::from_fenced_reply(reply)
+            },
+            |attempt| attempt.is_acquired(),
+        )
+    }
+
+    /// A call of the acquire script up to `ARGV[4]`, or with `fenced` of the fenced one,
+    /// naming the waiters hash with `waiters` (see `scripts.rs` for their KEYS and ARGV: the
+    /// fenced one has the counter as `KEYS[2]`, the waiters hash as `KEYS[4]`). The waiters
+    /// hash is named only where needed: during a slot migration, a key missing on the target
+    /// holds a call back with TRYAGAIN, and re-entries must go on then.
+    fn acquire_call(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        attempt_id: &str,
+        fenced: bool,
+        waiters: bool,
+    ) -> ScriptInvocation<'static> {
+        let mut call;
+        if fenced {
+            call = LOCK_SCRIPTS.fenced_acquire.key(&*keys.name);
+            call.key(keys.token_key()).key(keys.attempt_marker(owner));
+        } else {
+            call = LOCK_SCRIPTS.acquire.key(&*keys.name);
+            call.key(keys.attempt_marker(owner));
+        }
+        if waiters {
+            call.key(keys.waiters_key());
+        }
+        call.arg(lease_ms)
+            .arg(owner)
+            .arg(attempt_id)
+            .arg(self.latch_ttl_ms);
+        call
+    }
+
+    /// Releases one hold of `owner` (holds that remain get `lease_ms`). On the last, the lock
+    /// is granted to the first registered waiter of another client when every subscriber of
+    /// its channel but this client's own listener (`listeners.own`) is such a waiter
+    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `listeners.ignored` of the
+    /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
+    /// same script call: the handoff to the next local thread.
+    ///
+    /// Idempotent: when the reply is lost (a timeout, a broken connection) the call is sent
+    /// once more with the same latch, and gets the first call's answer if that one ran (the
+    /// handoff included: it is never done twice, nor reported undone when it was done).
+    pub(crate) fn release(
+        &self,
+        keys: &LockKeys,
+        lease_ms: u64,
+        owner: &str,
+        listeners: Listeners,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release> {
+        let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
+        let reply = self.release_with_latch(keys, |conn, latch, previous| {
+            let mut call = LOCK_SCRIPTS.release.key(&*keys.name);
+            call.key(keys.channel())
+                .key(latch)
+                .key(keys.waiters_key())
+                .key(previous);
+            call.arg(UNLOCK_MESSAGE)
+                .arg(lease_ms)
+                .arg(owner)
+                .arg(self.publish_command)
+                .arg(self.latch_ttl_ms)
+                .arg(listeners.ignored)
+                .arg(next_owner)
+                .arg(next_lease_ms)
+                .arg(u64::from(listeners.own))
+                .arg(self.numsub_command);
+            call.invoke::<Option<i64>>(conn)
+        })?;
+        Ok(Release::from_reply(reply))
+    }
+
+    /// Takes `owner`'s registration as a waiter with `number` out of the lock's waiters
+    /// (see `STOP_WAITING`): `true` when a release had granted it the lock meanwhile, which
+    /// it then holds with a lease of `lease_ms` from now.
+    pub(crate) fn stop_waiting(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        number: u64,
+        lease_ms: u64,
+    ) -> Result<bool> {
+        let mut call = LOCK_SCRIPTS.stop_waiting.key(&*keys.name);
+        call.key(keys.waiters_key())
+            .arg(owner)
+            .arg(number)
+            .arg(lease_ms);
+        let granted: i64 = self.run(Op::StopWaiting, &keys.name, 1, |conn| call.invoke(conn))?;
+        Ok(granted == 1)
+    }
+
+    /// Renews every `(lock key, owner field)` of `batch` to `timeout_ms`: 100 keys per script
+    /// call, and all calls for one master in one pipeline (one round trip per master). Returns,
+    /// per entry, whether the hold was still there (`None` where its master did not answer).
+    ///
+    /// The whole call (waiting for a connection, connecting, the reply) takes at most
+    /// `budget`, so that a stalled server cannot hold the watchdog past the leases it renews.
+    pub(crate) fn renew(
+        &self,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+    ) -> Vec<Option<bool>> {
+        let script = &LOCK_SCRIPTS.renew;
+        self.per_master(batch, budget, RENEW_KEYS_PER_CALL, script, |pipe, chunk| {
+            let mut call = script.prepare_invoke();
+            for (key, _) in chunk {
+                call.key(*key);
+            }
+            call.arg(timeout_ms);
+            for (_, owner) in chunk {
+                call.arg(*owner);
+            }
+            call.add_to(pipe);
+        })
+    }
+
+    /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
+    pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
+        let deleted: i64 = self.run(Op::ForceUnlock, &keys.name, 1, |conn| {
+            LOCK_SCRIPTS
+                .force_unlock
+                .key(&*keys.name)
+                .key(keys.channel())
+                .arg(UNLOCK_MESSAGE)
+                .arg(self.publish_command)
+                .invoke(conn)
+        })?;
+        Ok(deleted == 1)
+    }
+
+    /// Whether anyone holds the lock, and how many holds `owner` has. A key of another type,
+    /// or a hash of somebody's data, is [`Error::WrongType`], not "locked" (`INSPECT`).
+    fn inspect(&self, operation: Op, keys: &LockKeys, owner: &str) -> Result<(bool, u32)> {
+        let (held, holds): (i64, i64) = self.run(operation, &keys.name, 1, |conn| {
+            LOCK_SCRIPTS
+                .inspect
+                .key(&*keys.name)
+                .arg(owner)
+                .invoke(conn)
+        })?;
+        let holds = u32::try_from(holds).map_err(|_| Error::WrongType {
+            name: keys.name.to_string(),
+        })?;
+        Ok((held == 1, holds))
+    }
+
+    /// Whether anyone holds the lock.
+    pub(crate) fn is_locked(&self, keys: &LockKeys) -> Result<bool> {
+        Ok(self.inspect(Op::IsLocked, keys, "")?.0)
+    }
+
+    /// How many holds `owner` has (0 when none).
+    pub(crate) fn hold_count(&self, keys: &LockKeys, owner: &str) -> Result<u32> {
+        Ok(self.inspect(Op::HoldCount, keys, owner)?.1)
+    }
+
+    /// Whether `owner` holds the lock.
+    pub(crate) fn is_held_by(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
+        Ok(self.inspect(Op::IsHeldBy, keys, owner)?.1 > 0)
+    }
+
+    /// The lock's remaining lease; `None` when it is not held or has no expiry.
+    pub(crate) fn remaining_ttl(&self, keys: &LockKeys) -> Result<Option<Duration>> {
+        let (kind, pttl): (String, i64) = self.run(Op::RemainingTtl, &keys.name, 2, |conn| {
+            redis::pipe()
+                .cmd("TYPE")
+                .arg(&*keys.name)
+                .cmd("PTTL")
+                .arg(&*keys.name)
+                .query(conn)
+        })?;
+        if kind != "hash" && kind != "none" {
+            return Err(Error::WrongType {
+                name: keys.name.to_string(),
+            });
+        }
+        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+    }
+}

@@ -1,0 +1,165 @@
+//! Replica sync (docs/DESIGN.md, "Replica acknowledgement"): after an acquire or release with
+//! replica sync on, the master's replicas are counted again when the count is old, and the
+//! write waits for their acknowledgement (`WAIT`) on the connection that made it; a shortfall
+//! is judged against what the deployment says of a failover.
+
+use std::time::Duration;
+
+use redis::{Connection, RedisResult};
+
+use super::resend::{is_broken, is_unknown_command, Failed};
+use super::LockStore;
+use crate::error::Error;
+use crate::pool::Pool;
+
+/// How often acquires and releases count a master's replicas again (with `ROLE`) while
+/// replica sync is on.
+const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
+
+impl LockStore {
+    /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
+    /// on, and the master has replicas, as last counted).
+    pub(crate) fn waits_for_replicas(&self, name: &str) -> bool {
+        self.replica_sync.is_some()
+            && self
+                .topology
+                .route(name)
+                .is_ok_and(|(pool, _)| pool.replicas() > 0 && pool.knows_wait())
+    }
+
+    /// After an acquire or release with replica sync on: counts the master's replicas again
+    /// when the count is old (replicas added since must be waited for too), then, when the
+    /// script `wrote` and there are replicas, waits for them.
+    pub(super) fn sync_replicas(
+        &self,
+        pool: &Pool,
+        conn: &mut crate::pool::PooledConnection<'_>,
+        operation: &'static str,
+        timeout: Duration,
+        wrote: bool,
+    ) -> std::result::Result<(), Failed> {
+        if pool.replicas_older_than(REPLICAS_RECOUNT) {
+            self.counters.sent(1);
+            match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
+            {
+                Ok(role) => {
+                    let counted = crate::topology::replicas_of_role(&role).unwrap_or(0);
+                    if pool.count_replicas(counted)
+                        && !self.topology.failover_suspected(pool.addr())
+                    {
+                        pool.set_replicas(counted);
+                    }
+                }
+                Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
+                // Not allowed (an ACL without ROLE): the count stays as it was.
+                Err(_) => pool.set_replicas(pool.replicas()),
+            }
+        }
+        if wrote && pool.replicas() > 0 && pool.knows_wait() {
+            self.wait_for_replicas(pool, conn, operation, timeout)?;
+        }
+        Ok(())
+    }
+
+    /// `WAIT <replicas> <timeout>` on the connection that just wrote, then
+    /// [`judge_acknowledgements`](Self::judge_acknowledgements).
+    fn wait_for_replicas(
+        &self,
+        pool: &Pool,
+        conn: &mut crate::pool::PooledConnection<'_>,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> std::result::Result<(), Failed> {
+        let replicas = pool.replicas();
+        let read_timeout = timeout + self.response_timeout;
+        let waited = (|| -> RedisResult<bool> {
+            conn.set_read_timeout(Some(read_timeout))?;
+            self.counters.sent(1);
+            let wait = |ms: u64| {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(replicas).arg(ms);
+                wait
+            };
+            let acked: usize = match wait(timeout.as_millis() as u64).query(&mut **conn) {
+                // The process was stopped and continued meanwhile (see `pool::connect_by`).
+                // The first WAIT still runs on the server, and a WAIT sent now is answered
+                // after it: one millisecond more is all it needs to count the acknowledgements
+                // of this connection's last write again, so the call keeps its time. redis-rs
+                // skips the first WAIT's reply when it comes.
+                Err(err) if crate::pool::is_interrupted(&err) => {
+                    log::debug!("waiting for WAIT's reply was interrupted ({err}); asking again");
+                    self.counters.sent(1);
+                    wait(1).query(&mut **conn)?
+                }
+                acked => acked?,
+            };
+            if acked >= replicas {
+                return Ok(true);
+            }
+            self.counters.sent(1);
+            let connected = connected_replicas(conn)?;
+            Ok(self.judge_acknowledgements(pool, acked, connected))
+        })();
+        let restored = conn.set_read_timeout(Some(self.response_timeout));
+        match (waited, restored) {
+            (Ok(true), Ok(())) => Ok(()),
+            (Ok(false), Ok(())) => Err(Failed::Other(Error::NotReplicated {
+                operation,
+                replicas,
+                timeout,
+            })),
+            // A managed service or proxy without WAIT (ElastiCache Serverless): nothing can
+            // be waited for there, and the write stands, as without replica sync (Redisson
+            // skips WAIT where its probe finds none). Told once; never sent there again.
+            (Err(err), Ok(())) if is_unknown_command(&err) => {
+                if !pool.knows_no_wait_from_now() {
+                    log::warn!(
+                        "{} does not know WAIT ({err}): acquires and releases there do not \
+                         wait for replicas",
+                        pool.addr()
+                    );
+                }
+                Ok(())
+            }
+            (Err(err), _) | (_, Err(err)) => Err(Failed::Redis(err)),
+        }
+    }
+
+    /// Whether a write that `acked` of the master's replicas acknowledged, fewer than it
+    /// had, is safe, with `connected` replicas connected to it now (docs/DESIGN.md,
+    /// "Replica sync through a failover"). A replica being promoted leaves the old master
+    /// first, and the others follow the new master soon after, dropping what the old one
+    /// wrote meanwhile: so on Sentinel, a shortfall counts only when the sentinels say that
+    /// no failover of this master is under way. A master left with no replica acknowledging
+    /// is trusted only on a single server, where nobody promotes a replica.
+    fn judge_acknowledgements(&self, pool: &Pool, acked: usize, connected: usize) -> bool {
+        let follows = self.topology.follows_failovers();
+        let safe = if acked == 0 {
+            !follows && connected == 0
+        } else {
+            !self.topology.failover_suspected(pool.addr())
+        };
+        if safe {
+            // The missing replicas failed: later writes wait for those left.
+            pool.set_replicas(connected.max(acked));
+        } else if follows {
+            // The master may have been replaced (a failover under way): the next command
+            // goes where the deployment says the master is. Only if nobody is asking
+            // already: this call has waited long enough.
+            self.topology
+                .refresh_unless_under_way(self.topology.map().generation);
+        }
+        safe
+    }
+}
+
+/// `connected_slaves` from `INFO replication`.
+fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
+    let info: String =
+        crate::pool::query_again_if_interrupted(conn, redis::cmd("INFO").arg("replication"))?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
