@@ -87,7 +87,7 @@ pub(crate) struct Waiting {
 }
 
 /// Which of a lock channel's subscribers a release counts as nobody waiting.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Listeners {
     /// How many subscribers to disregard before the lock is left free for the others
     /// (this client's own listener, or all of them while yields are suspended).
