@@ -155,6 +155,10 @@ const LATCHES_PER_LOCK: usize = 8;
 /// How often acquires and releases count a master's replicas again (with `ROLE`) while
 /// replica sync is on.
 const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
+/// How often instead while the master had no replica when last counted, where masters can
+/// be replaced: a replica promoted while its master was stopped has none until its old
+/// master comes back as its replica, and a count of none sends no `WAIT`.
+const REPLICAS_RECOUNT_NONE: Duration = Duration::from_millis(100);
 /// How many MOVED or ASK redirections one command follows before giving up.
 const REDIRECTS_MAX: u32 = 5;
 /// How long to wait before asking again while a failover is under way (CLUSTERDOWN,
@@ -965,7 +969,12 @@ impl LockStore {
         timeout: Duration,
         wrote: bool,
     ) -> std::result::Result<(), Failed> {
-        if pool.replicas_older_than(REPLICAS_RECOUNT) {
+        let recount = if pool.replicas() == 0 && self.topology.follows_failovers() {
+            REPLICAS_RECOUNT_NONE
+        } else {
+            REPLICAS_RECOUNT
+        };
+        if pool.replicas_older_than(recount) {
             self.counters.sent(1);
             match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
             {
@@ -984,6 +993,21 @@ impl LockStore {
         }
         if wrote && pool.replicas() > 0 && pool.knows_wait() {
             self.wait_for_replicas(pool, conn, operation, timeout)?;
+        } else if wrote
+            && operation == "acquire"
+            && pool.replicas() == 0
+            && self.topology.failover_suspected(pool.addr())
+        {
+            // No replica to wait for, and the sentinels do not vouch for this master: a master
+            // stopped past its failover and continued answers as a master with its replica
+            // gone (promoted), until the sentinels demote it and drop what it wrote meanwhile.
+            self.topology
+                .refresh_unless_under_way(self.topology.map().generation);
+            return Err(Failed::Other(Error::NotReplicated {
+                operation,
+                replicas: 0,
+                timeout,
+            }));
         }
         Ok(())
     }
