@@ -979,7 +979,17 @@ impl LockStore {
             match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
             {
                 Ok(role) => {
-                    let counted = crate::topology::replicas_of_role(&role).unwrap_or(0);
+                    let Some(counted) = crate::topology::replicas_of_role(&role) else {
+                        // Not a master any more: the write went to a master demoted since (one
+                        // continued after its failover), and is dropped with its data.
+                        self.topology
+                            .refresh_unless_under_way(self.topology.map().generation);
+                        return Err(Failed::Other(Error::NotReplicated {
+                            operation,
+                            replicas: pool.replicas(),
+                            timeout,
+                        }));
+                    };
                     if pool.count_replicas(counted)
                         && !self.topology.failover_suspected(pool.addr())
                     {
@@ -996,6 +1006,8 @@ impl LockStore {
         } else if wrote
             && operation == "acquire"
             && pool.replicas() == 0
+            && self.topology.follows_failovers()
+            && !self.topology.is_cluster()
             && self.topology.failover_suspected(pool.addr())
         {
             // No replica to wait for, and the sentinels do not vouch for this master: a master
