@@ -77,7 +77,9 @@ pub enum Error {
     },
     /// No replica acknowledged an acquire within the replica sync timeout although the master
     /// has replicas (see `LockManagerBuilder::replica_sync`): a failover could lose it, so the
-    /// hold was rolled back. Redisson's `NoSyncedSlavesException`.
+    /// hold was rolled back. Redisson's `NoSyncedSlavesException`. With `replicas` 0, on
+    /// Sentinel: the master has no replica and the sentinels did not vouch for it (it may be
+    /// an old master that a failover replaced and that has not been demoted yet).
     NotReplicated {
         /// What was not acknowledged: `"acquire"`.
         operation: &'static str,
@@ -282,6 +284,16 @@ impl fmt::Display for Error {
             Error::Timeout { operation, after } => {
                 write!(f, "{operation} timed out after {after:?}")
             }
+            Error::NotReplicated {
+                operation,
+                replicas: 0,
+                ..
+            } => write!(
+                f,
+                "{operation} was taken on a master without replicas that the sentinels do not \
+                 name as their settled master (a failover may have replaced it), so it was \
+                 rolled back"
+            ),
             Error::NotReplicated {
                 operation,
                 replicas,

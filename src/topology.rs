@@ -696,16 +696,17 @@ impl Topology {
     /// than before acknowledging a write does not mean that they failed: on Sentinel, unless
     /// a sentinel still names it as the master, neither down nor with a failover under way
     /// (a sentinel marks the failover before it promotes a replica, so a replica already
-    /// gone from the old master is covered). `false` elsewhere: a cluster's manual failover
-    /// pauses the old master's writes until its replica has them, and a single server has
-    /// nobody to promote replicas.
+    /// gone from the old master is covered). On a cluster, when the node itself still lists
+    /// replicas it no longer has (see `cluster_lists_missing_replicas`). `false` on a single
+    /// server, which has nobody to promote replicas.
     pub(crate) fn failover_suspected(&self, addr: &str) -> bool {
-        let Discovery::Sentinel {
-            sentinels,
-            master_name,
-        } = &self.discovery
-        else {
-            return false;
+        let (sentinels, master_name) = match &self.discovery {
+            Discovery::Sentinel {
+                sentinels,
+                master_name,
+            } => (sentinels, master_name),
+            Discovery::Cluster { .. } => return self.cluster_lists_missing_replicas(addr),
+            Discovery::Server => return false,
         };
         for sentinel in sentinels {
             let asked = self.probe_sentinel(sentinel).and_then(|mut conn| {
@@ -723,6 +724,44 @@ impl Topology {
             }
         }
         true
+    }
+
+    /// Cluster: whether the node at `addr` lists, in its own `CLUSTER SLOTS`, more replicas
+    /// for its slots than its `ROLE` has connected (or is no master, or does not answer). A
+    /// master stopped past its failover and continued has lost its replica (promoted) but
+    /// still lists it until the cluster's messages reach it; a replica that failed is left out
+    /// of `CLUSTER SLOTS` once the cluster marks it failed.
+    fn cluster_lists_missing_replicas(&self, addr: &str) -> bool {
+        let Some((host, port)) = split_addr(addr) else {
+            return true;
+        };
+        let asked = (|| -> Result<bool> {
+            let mut conn = self.nodes.probe(self.nodes.at(host, port))?;
+            let query = |conn: &mut Connection, cmd: &redis::Cmd| {
+                pool::query_again_if_interrupted::<Value>(conn, cmd).map_err(|source| {
+                    Error::Redis {
+                        operation: "asking a cluster node about its replicas",
+                        source,
+                    }
+                })
+            };
+            let Some(connected) = replicas_of_role(&query(&mut conn, &redis::cmd("ROLE"))?) else {
+                return Ok(true);
+            };
+            let slots = query(&mut conn, redis::cmd("CLUSTER").arg("SLOTS"))?;
+            let listed = parse_cluster_slots(slots)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| r.port == port && (r.host == host || r.host.is_empty()))
+                .map(|r| r.replicas)
+                .max()
+                .unwrap_or(0);
+            Ok(listed > connected)
+        })();
+        asked.unwrap_or_else(|err| {
+            log::debug!("cluster node {addr}: {err}");
+            true
+        })
     }
 
     /// A connection to a sentinel. The URL's credentials are the master's; sentinels often

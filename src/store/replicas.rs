@@ -15,6 +15,9 @@ use crate::pool::Pool;
 /// How often acquires and releases count a master's replicas again (with `ROLE`) while
 /// replica sync is on.
 const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
+/// How often instead while the master had no replica when last counted, where masters can
+/// be replaced (see `recount_replicas`).
+const REPLICAS_RECOUNT_NONE: Duration = Duration::from_millis(100);
 
 impl LockStore {
     /// Whether an acquire of `name` now waits for a replica's acknowledgement (replica sync
@@ -38,27 +41,81 @@ impl LockStore {
         timeout: Duration,
         wrote: bool,
     ) -> std::result::Result<(), Failed> {
-        if pool.replicas_older_than(REPLICAS_RECOUNT) {
-            self.counters.sent(1);
-            match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE"))
-            {
-                Ok(role) => {
-                    let counted = crate::topology::replicas_of_role(&role).unwrap_or(0);
-                    if pool.count_replicas(counted)
-                        && !self.topology.failover_suspected(pool.addr())
-                    {
-                        pool.set_replicas(counted);
-                    }
-                }
-                Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
-                // Not allowed (an ACL without ROLE): the count stays as it was.
-                Err(_) => pool.set_replicas(pool.replicas()),
-            }
-        }
+        self.recount_replicas(pool, conn, operation, timeout)?;
         if wrote && pool.replicas() > 0 && pool.knows_wait() {
             self.wait_for_replicas(pool, conn, operation, timeout)?;
+        } else if wrote && operation == "acquire" && self.is_unvouched_lone_master(pool) {
+            // No replica to wait for, and the sentinels do not vouch for this master: a master
+            // stopped past its failover and continued answers as a master with its replica
+            // gone (promoted), until the sentinels demote it and drop what it wrote meanwhile.
+            return Err(self.not_a_settled_master(operation, 0, timeout));
         }
         Ok(())
+    }
+
+    /// Counts the master's replicas again (`ROLE`) when the count is old: every 10 s, and
+    /// every 100 ms while it was none where masters can be replaced (a replica promoted while
+    /// its master was stopped has none until its old master comes back as its replica, and a
+    /// count of none sends no `WAIT`). A server that is no master any more fails the write.
+    fn recount_replicas(
+        &self,
+        pool: &Pool,
+        conn: &mut crate::pool::PooledConnection<'_>,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> std::result::Result<(), Failed> {
+        let recount = if pool.replicas() == 0 && self.topology.follows_failovers() {
+            REPLICAS_RECOUNT_NONE
+        } else {
+            REPLICAS_RECOUNT
+        };
+        if !pool.replicas_older_than(recount) {
+            return Ok(());
+        }
+        self.counters.sent(1);
+        match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE")) {
+            Ok(role) => {
+                // Not a master any more: the write went to a master demoted since (one
+                // continued after its failover), and is dropped with its data.
+                let Some(counted) = crate::topology::replicas_of_role(&role) else {
+                    let replicas = pool.replicas();
+                    return Err(self.not_a_settled_master(operation, replicas, timeout));
+                };
+                if pool.count_replicas(counted) && !self.topology.failover_suspected(pool.addr()) {
+                    pool.set_replicas(counted);
+                }
+            }
+            Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
+            // Not allowed (an ACL without ROLE): the count stays as it was.
+            Err(_) => pool.set_replicas(pool.replicas()),
+        }
+        Ok(())
+    }
+
+    /// A Sentinel master counted without replicas that no sentinel vouches for (see
+    /// `Topology::failover_suspected`).
+    fn is_unvouched_lone_master(&self, pool: &Pool) -> bool {
+        pool.replicas() == 0
+            && self.topology.follows_failovers()
+            && !self.topology.is_cluster()
+            && self.topology.failover_suspected(pool.addr())
+    }
+
+    /// A write that must not count (the caller rolls an acquire back); the deployment is asked
+    /// again for its master.
+    fn not_a_settled_master(
+        &self,
+        operation: &'static str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Failed {
+        self.topology
+            .refresh_unless_under_way(self.topology.map().generation);
+        Failed::Other(Error::NotReplicated {
+            operation,
+            replicas,
+            timeout,
+        })
     }
 
     /// `WAIT <replicas> <timeout>` on the connection that just wrote, then

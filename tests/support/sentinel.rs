@@ -143,6 +143,45 @@ impl RedisSentinel {
         deployment
     }
 
+    /// Starts one more replica of the current master and waits until the master lists it
+    /// (`ROLE`: in sync, counted by `WAIT`); returns its port. The sentinels learn of it from
+    /// the master later ([`wait_until_sentinels_know`](Self::wait_until_sentinels_know)).
+    pub fn add_replica(&self) -> u16 {
+        let master = self.master_port();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.to_string()]);
+        let port = replica.port();
+        let mut servers = self.servers.lock().unwrap();
+        let before = servers.len() - 1;
+        servers.insert(port, replica);
+        drop(servers);
+        wait_for("listed the new replica as online", || {
+            conn(master).is_some_and(|mut c| super::role_lists_replicas(&mut c) > before)
+        });
+        port
+    }
+
+    /// Waits until every sentinel lists `replica` as a replica that answers (a candidate for
+    /// promotion).
+    pub fn wait_until_sentinels_know(&self, replica: u16) {
+        for &(_, sentinel) in &self.sentinels {
+            wait_for("knew the new replica", || {
+                let Some(mut c) = conn(sentinel) else {
+                    return false;
+                };
+                let listed: Vec<HashMap<String, String>> = super::query(
+                    &mut c,
+                    redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME),
+                )
+                .unwrap_or_default();
+                listed.iter().any(|r| {
+                    r.get("port").is_some_and(|p| *p == replica.to_string())
+                        && r.get("flags").is_some_and(|f| f == "slave")
+                        && r.get("master-link-status").is_some_and(|s| s == "ok")
+                })
+            });
+        }
+    }
+
     /// `redis://127.0.0.1:<port>/` of each sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
