@@ -357,6 +357,7 @@
 mod acl;
 mod attempt_id;
 mod backoff;
+mod builder;
 mod cancel;
 mod clock;
 mod config;
@@ -371,6 +372,7 @@ mod fork;
 mod guard;
 mod holds;
 mod kind;
+mod limits;
 mod line;
 mod listener;
 mod lock;
@@ -425,8 +427,8 @@ pub mod lua {
     pub use crate::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
 }
 
+pub use builder::LockManagerBuilder;
 pub use cancel::CancelToken;
-pub use config::LockManagerBuilder;
 pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;

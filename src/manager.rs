@@ -1,10 +1,11 @@
-//! [`LockManager`]: the handle that owns connections and background threads.
+//! [`LockManager`]: the handle that owns connections and background threads, and every way to
+//! get one (`new`, the builders' entry points, [`LockManagerBuilder::build`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, LockManagerBuilder};
+use crate::builder::LockManagerBuilder;
 use crate::count_down_latch::CountDownLatch;
 use crate::endpoints::Endpoints;
 use crate::engine::Engine;
@@ -133,12 +134,6 @@ impl LockManager {
         LockManagerBuilder::with_endpoints(Endpoints::Sentinel {
             sentinels: sentinels.iter().map(|url| url.to_string()).collect(),
             master_name: master_name.to_owned(),
-        })
-    }
-
-    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
-        Ok(LockManager {
-            engine: Arc::new(Engine::start(endpoints, config)?),
         })
     }
 
@@ -308,6 +303,26 @@ impl LockManager {
     /// right now.
     pub fn waiting_channel_count(&self) -> usize {
         self.engine.waiting_channel_count()
+    }
+}
+
+impl LockManagerBuilder {
+    /// Checks the settings, connects to Redis, loads the lock scripts and starts the
+    /// manager's background threads (the watchdog, and a pub/sub listener per master).
+    ///
+    /// Fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument) or
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for bad settings and with
+    /// [`Error::Connect`](crate::Error::Connect) when Redis cannot be reached or refuses the
+    /// credentials, or when the Redis user may not PUBLISH and SUBSCRIBE on the channels of
+    /// every kind (`redisson_lock__channel:*`, `redisson_rwlock:*`, `redisson_sc:*`,
+    /// `redisson_countdownlatch__channel__*`) and the manager's control channel
+    /// (`redis_rlock__control:*`): Redis 7 gives new ACL users no channel rights, and without
+    /// them releases fail and waiters are never woken.
+    pub fn build(self) -> Result<LockManager> {
+        let (endpoints, config) = self.settings()?;
+        Ok(LockManager {
+            engine: Arc::new(Engine::start(&endpoints, config)?),
+        })
     }
 }
 

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::config::check_wait;
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::limits::check_wait;
 use crate::lock::Lock;
 use crate::options::AcquireOptions;
 

@@ -316,7 +316,7 @@ impl PermitExpirableSemaphore {
     pub fn update_lease_time(&self, id: &str, lease: Duration) -> Result<bool> {
         let engine = self.engine()?;
         let raw = parse_id(id)?;
-        let lease_ms = crate::config::to_millis("lease", lease)?;
+        let lease_ms = crate::limits::to_millis("lease", lease)?;
         let updated: i64 = self.invoke(
             engine,
             "permit-expirable semaphore update_lease_time",
@@ -398,7 +398,7 @@ impl PermitExpirableSemaphore {
     ) -> Result<Option<String>> {
         let engine = self.engine()?;
         let lease_ms = lease
-            .map(|lease| crate::config::to_millis("lease", lease))
+            .map(|lease| crate::limits::to_millis("lease", lease))
             .transpose()?;
         let raw = *uuid::Uuid::new_v4().as_bytes();
         let stop = engine.stop(&self.name, None);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::cancel::CancelToken;
-use crate::config::check_wait;
 use crate::error::{Error, Result};
 use crate::fan_out::{self, Task};
 use crate::guard::LockGuard;
+use crate::limits::check_wait;
 use crate::lock::Lock;
 use crate::options::{AcquireOptions, Lease};
 use crate::stop::Stop;
