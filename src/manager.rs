@@ -11,8 +11,7 @@ use crate::endpoints::Endpoints;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::fair_lock::FairLock;
-use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::lock::{Lock, LockGuard};
 use crate::options::AcquireOptions;
 use crate::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::read_write_lock::ReadWriteLock;
@@ -137,51 +136,47 @@ impl LockManager {
         })
     }
 
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// A handle on the lock called `name`. No I/O; an invalid name is reported by the first
     /// operation on the handle.
     pub fn get_lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
+        Lock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the fair lock called `name` (Redisson's `RFairLock`): granted first come,
     /// first served across all clients. No I/O. See [`FairLock`].
     pub fn get_fair_lock(&self, name: &str) -> FairLock {
-        FairLock::new(self.clone(), name)
+        FairLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the spin lock called `name` (Redisson's `RSpinLock`): a lock whose release
     /// publishes nothing and whose waiters poll with a back-off. No I/O. See [`SpinLock`].
     pub fn get_spin_lock(&self, name: &str) -> SpinLock {
-        SpinLock::new(self.clone(), name)
+        SpinLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared
     /// read holds, an exclusive write hold. No I/O. See [`ReadWriteLock`].
     pub fn get_read_write_lock(&self, name: &str) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name)
+        ReadWriteLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the semaphore called `name` (Redisson's `RSemaphore`). No I/O; an invalid
     /// name is reported by the first operation on the handle.
     pub fn get_semaphore(&self, name: &str) -> Semaphore {
-        Semaphore::new(self.clone(), name)
+        Semaphore::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the permit-expirable semaphore called `name` (Redisson's
     /// `RPermitExpirableSemaphore`): permits with ids and optional leases. No I/O; an invalid
     /// name is reported by the first operation on the handle.
     pub fn get_permit_expirable_semaphore(&self, name: &str) -> PermitExpirableSemaphore {
-        PermitExpirableSemaphore::new(self.clone(), name)
+        PermitExpirableSemaphore::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the count-down latch called `name` (Redisson's `RCountDownLatch`). No
     /// I/O; an invalid name is reported by the first operation on the handle.
     pub fn get_count_down_latch(&self, name: &str) -> CountDownLatch {
-        CountDownLatch::new(self.clone(), name)
+        CountDownLatch::new(Arc::clone(&self.engine), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until

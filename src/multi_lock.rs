@@ -4,9 +4,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::guard::LockGuard;
 use crate::limits::check_wait;
-use crate::lock::Lock;
+use crate::lock::{Lock, LockGuard};
 use crate::options::AcquireOptions;
 
 /// Several [`Lock`]s, possibly of different managers (so different Redis servers), acquired
