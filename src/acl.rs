@@ -97,7 +97,7 @@ fn check_on(
         // The process was stopped and continued while the probe waited for a reply (EINTR,
         // see `pool::connect_by`): nothing is known about the rights yet, and the probe's
         // connection is thrown away either way, so it is made again, once.
-        Err(Error::Redis { source, .. }) if crate::pool::is_interrupted(&source) => {
+        Err(Error::Redis { source, .. }) if crate::error::is_interrupted(&source) => {
             log::debug!("checking the right to subscribe was interrupted ({source}); again");
             check_subscribe(pool, store, channels, response_timeout)
         }

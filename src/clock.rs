@@ -35,7 +35,7 @@ impl BootInstant {
     }
 
     /// Saturates at about 584 years of boot clock; leases are capped well below that (see
-    /// `config::MAX_LEASE_MILLIS`), so a lease deadline never saturates in practice.
+    /// `limits::MAX_LEASE_MILLIS`), so a lease deadline never saturates in practice.
     pub(crate) fn saturating_add(self, d: Duration) -> Self {
         BootInstant(
             self.0
@@ -86,7 +86,7 @@ mod tests {
     fn the_longest_lease_has_an_exact_deadline_after_centuries_of_uptime() {
         // The boot clock after 400 years of uptime: far more than any machine has.
         let sent = BootInstant::from_nanos(400 * 365 * 24 * 3600 * 1_000_000_000);
-        let lease = Duration::from_millis(crate::config::MAX_LEASE_MILLIS);
+        let lease = Duration::from_millis(crate::limits::MAX_LEASE_MILLIS);
         let end = lease_deadline(sent, lease);
         let margin = lease / 100 + Duration::from_millis(2);
         assert_eq!(end.saturating_since(sent), lease - margin, "no saturation");

@@ -15,7 +15,6 @@ use std::time::Duration;
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::manager::LockManager;
 use crate::names::{check_name, count_down_latch_channel, shown};
 use crate::options::WaitOptions;
 use crate::scripts::Script;
@@ -67,10 +66,10 @@ static TRY_SET_COUNT: LazyLock<Script> =
     LazyLock::new(|| Script::new(COUNT_DOWN_LATCH_TRY_SET_COUNT));
 static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| Script::new(COUNT_DOWN_LATCH_COUNT_DOWN));
 
-/// A handle on one named count-down latch: a count in Redis that any thread, process or
-/// Redisson client may count down, and that waiters wait on until it reaches zero. Cheap to
-/// create ([`LockManager::get_count_down_latch`] does no I/O) and to clone; it keeps its
-/// manager alive.
+/// A handle on one named count-down latch: a count in Redis that any thread, process or Redisson
+/// client may count down, and that waiters wait on until it reaches zero. Cheap to create
+/// ([`LockManager::get_count_down_latch`](crate::LockManager::get_count_down_latch) does no I/O)
+/// and to clone; it keeps its manager alive.
 ///
 /// It behaves as Redisson's `RCountDownLatch`: [`try_set_count`](Self::try_set_count) arms it
 /// (only while its count is zero), [`count_down`](Self::count_down) takes one off,
@@ -94,14 +93,14 @@ static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| Script::new(COUNT_DOWN_LA
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
-    manager: LockManager,
+    engine: Arc<Engine>,
     name: Arc<str>,
 }
 
 impl CountDownLatch {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         CountDownLatch {
-            manager,
+            engine,
             name: Arc::from(name),
         }
     }
@@ -246,7 +245,7 @@ impl CountDownLatch {
 
     /// The manager's engine, refused in a child made by `fork()`; then the name is checked.
     fn engine(&self) -> Result<&Engine> {
-        let engine = self.manager.engine();
+        let engine = &self.engine;
         engine.check_process()?;
         check_name(&self.name)?;
         if engine.store().topology().is_cluster() {

@@ -103,6 +103,6 @@ pub(crate) fn wait_on_channel_or_timer(
 
 /// The deadline of a wait of `wait`, counted from now; `wait` is checked as a lock's is.
 pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
-    crate::config::check_wait(wait)?;
+    crate::limits::check_wait(wait)?;
     Ok(Instant::now() + wait)
 }

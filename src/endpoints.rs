@@ -198,13 +198,23 @@ fn decode(text: &str) -> String {
 
 /// An invalid URL error that names what is wrong, without the URL's password.
 fn bad_url(url: &str, reason: &str) -> Error {
-    let shown = crate::config::redact_url(url);
+    let shown = redact_url(url);
     Error::InvalidUrl {
         source: redis::RedisError::from((
             redis::ErrorKind::InvalidClientConfig,
             "invalid URL",
             format!("{shown}: {reason}"),
         )),
+    }
+}
+
+/// The URL with any credentials replaced by `***`, for `Debug` and messages.
+pub(crate) fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
     }
 }
 

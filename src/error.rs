@@ -1,4 +1,5 @@
-//! The crate's error type.
+//! The crate's error type, and what a redis-rs error says: the server's code, whether it was
+//! an interrupted read (EINTR).
 
 use std::fmt;
 use std::time::Duration;
@@ -376,6 +377,22 @@ pub(crate) fn server_code(err: &redis::RedisError) -> Option<String> {
     Some(code)
 }
 
+/// Whether `err` is an I/O error of kind `Interrupted` (EINTR).
+pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
+    use std::error::Error as _;
+    if !err.is_io_error() {
+        return false;
+    }
+    // redis-rs keeps the io::Error behind an `Arc<dyn Error>` and shows it only as the source;
+    // should that change, this says false and the connect fails as it did before.
+    let source = err.source();
+    let io = source
+        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
+        .and_then(|arc| arc.downcast_ref::<std::io::Error>())
+        .or_else(|| source.and_then(|s| s.downcast_ref::<std::io::Error>()));
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+}
+
 /// The code of the error a command raised inside a script, from Redis 6's wrapper's detail.
 fn script_error_code(detail: &str) -> Option<&str> {
     let (_, after) = detail.split_once("@user_script:")?;
@@ -430,5 +447,16 @@ mod tests {
             after: Duration::ZERO,
         };
         assert_eq!(unknown.to_string(), "renew timed out");
+    }
+
+    #[test]
+    fn only_an_interrupted_io_error_is_taken_for_one() {
+        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
+        // The downcast follows redis-rs' private representation: this fails if that changes.
+        assert!(is_interrupted(&io(std::io::ErrorKind::Interrupted)));
+        assert!(!is_interrupted(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!is_interrupted(&io(std::io::ErrorKind::WouldBlock)));
+        let other = redis::RedisError::from((redis::ErrorKind::Io, "interrupted, in words only"));
+        assert!(!is_interrupted(&other));
     }
 }

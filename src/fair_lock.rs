@@ -10,14 +10,13 @@
 //! `redisson_lock__channel:{name}:<owner>`. docs/DESIGN.md ("Fair lock", under "On the wire") has the
 //! wire format.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock};
-use crate::manager::LockManager;
+use crate::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{
@@ -349,7 +348,7 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 }
 
 /// A handle on one fair lock: Redisson's `RFairLock`. Cheap to create
-/// ([`LockManager::get_fair_lock`] does no I/O) and to clone.
+/// ([`LockManager::get_fair_lock`](crate::LockManager::get_fair_lock) does no I/O) and to clone.
 ///
 /// Waiters are served **first come, first served across every client** (threads of this
 /// manager, other managers and processes, Redisson clients alike): each waiter joins a queue
@@ -374,9 +373,9 @@ pub struct FairLock {
 }
 
 impl FairLock {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         FairLock {
-            lock: Lock::new(manager, name),
+            lock: Lock::new(engine, name),
         }
     }
 

@@ -432,7 +432,7 @@ pub(crate) fn end_claim(lock: &Lock, thread: u64, until: Option<Instant>) {
 
 /// The client id of `lock`'s manager: with the name, what a claim is on.
 fn client_id(lock: &Lock) -> &str {
-    lock.manager().engine().client_id()
+    lock.engine_in_any_process().client_id()
 }
 
 #[cfg(test)]

@@ -357,6 +357,7 @@
 mod acl;
 mod attempt_id;
 mod backoff;
+mod builder;
 mod cancel;
 mod clock;
 mod config;
@@ -368,9 +369,9 @@ mod error;
 mod fair_lock;
 mod fan_out;
 mod fork;
-mod guard;
 mod holds;
 mod kind;
+mod limits;
 mod line;
 mod listener;
 mod lock;
@@ -425,13 +426,12 @@ pub mod lua {
     pub use crate::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
 }
 
+pub use builder::LockManagerBuilder;
 pub use cancel::CancelToken;
-pub use config::LockManagerBuilder;
 pub use count_down_latch::CountDownLatch;
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
-pub use guard::LockGuard;
-pub use lock::Lock;
+pub use lock::{Lock, LockGuard};
 pub use manager::LockManager;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use options::{AcquireOptions, Lease, WaitOptions};

@@ -285,7 +285,7 @@ impl<'a> Listener<'a> {
             // Interrupted: the process was stopped and continued (see `pool::connect_by`).
             // Nothing is wrong with the connection, and what the read got so far stays in
             // redis-rs' parser, as after a timeout: read on.
-            Err(err) if err.is_timeout() || crate::pool::is_interrupted(&err) => {
+            Err(err) if err.is_timeout() || crate::error::is_interrupted(&err) => {
                 if !err.is_timeout() {
                     log::debug!(
                         "pub/sub listener for {}: the read was interrupted; reading on",

@@ -1,17 +1,17 @@
-//! [`LockManager`]: the handle that owns connections and background threads.
+//! [`LockManager`]: the handle that owns connections and background threads, and every way to
+//! get one (`new`, the builders' entry points, [`LockManagerBuilder::build`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, LockManagerBuilder};
+use crate::builder::LockManagerBuilder;
 use crate::count_down_latch::CountDownLatch;
 use crate::endpoints::Endpoints;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::fair_lock::FairLock;
-use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::lock::{Lock, LockGuard};
 use crate::options::AcquireOptions;
 use crate::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::read_write_lock::ReadWriteLock;
@@ -136,57 +136,47 @@ impl LockManager {
         })
     }
 
-    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
-        Ok(LockManager {
-            engine: Arc::new(Engine::start(endpoints, config)?),
-        })
-    }
-
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// A handle on the lock called `name`. No I/O; an invalid name is reported by the first
     /// operation on the handle.
     pub fn get_lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
+        Lock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the fair lock called `name` (Redisson's `RFairLock`): granted first come,
     /// first served across all clients. No I/O. See [`FairLock`].
     pub fn get_fair_lock(&self, name: &str) -> FairLock {
-        FairLock::new(self.clone(), name)
+        FairLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the spin lock called `name` (Redisson's `RSpinLock`): a lock whose release
     /// publishes nothing and whose waiters poll with a back-off. No I/O. See [`SpinLock`].
     pub fn get_spin_lock(&self, name: &str) -> SpinLock {
-        SpinLock::new(self.clone(), name)
+        SpinLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared
     /// read holds, an exclusive write hold. No I/O. See [`ReadWriteLock`].
     pub fn get_read_write_lock(&self, name: &str) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name)
+        ReadWriteLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the semaphore called `name` (Redisson's `RSemaphore`). No I/O; an invalid
     /// name is reported by the first operation on the handle.
     pub fn get_semaphore(&self, name: &str) -> Semaphore {
-        Semaphore::new(self.clone(), name)
+        Semaphore::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the permit-expirable semaphore called `name` (Redisson's
     /// `RPermitExpirableSemaphore`): permits with ids and optional leases. No I/O; an invalid
     /// name is reported by the first operation on the handle.
     pub fn get_permit_expirable_semaphore(&self, name: &str) -> PermitExpirableSemaphore {
-        PermitExpirableSemaphore::new(self.clone(), name)
+        PermitExpirableSemaphore::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the count-down latch called `name` (Redisson's `RCountDownLatch`). No
     /// I/O; an invalid name is reported by the first operation on the handle.
     pub fn get_count_down_latch(&self, name: &str) -> CountDownLatch {
-        CountDownLatch::new(self.clone(), name)
+        CountDownLatch::new(Arc::clone(&self.engine), name)
     }
 
     /// Waits as long as it takes to acquire `name`, then keeps it alive with the watchdog until
@@ -308,6 +298,26 @@ impl LockManager {
     /// right now.
     pub fn waiting_channel_count(&self) -> usize {
         self.engine.waiting_channel_count()
+    }
+}
+
+impl LockManagerBuilder {
+    /// Checks the settings, connects to Redis, loads the lock scripts and starts the
+    /// manager's background threads (the watchdog, and a pub/sub listener per master).
+    ///
+    /// Fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument) or
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for bad settings and with
+    /// [`Error::Connect`](crate::Error::Connect) when Redis cannot be reached or refuses the
+    /// credentials, or when the Redis user may not PUBLISH and SUBSCRIBE on the channels of
+    /// every kind (`redisson_lock__channel:*`, `redisson_rwlock:*`, `redisson_sc:*`,
+    /// `redisson_countdownlatch__channel__*`) and the manager's control channel
+    /// (`redis_rlock__control:*`): Redis 7 gives new ACL users no channel rights, and without
+    /// them releases fail and waiters are never woken.
+    pub fn build(self) -> Result<LockManager> {
+        let (endpoints, config) = self.settings()?;
+        Ok(LockManager {
+            engine: Arc::new(Engine::start(&endpoints, config)?),
+        })
     }
 }
 

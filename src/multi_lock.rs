@@ -3,10 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::config::check_wait;
 use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::limits::check_wait;
+use crate::lock::{Lock, LockGuard};
 use crate::options::AcquireOptions;
 
 /// Several [`Lock`]s, possibly of different managers (so different Redis servers), acquired

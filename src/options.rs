@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::config::{check_wait, to_millis};
 use crate::error::{Error, Result};
+use crate::limits::{check_wait, to_millis};
 
 /// How long a hold lasts unless released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::counting::{deadline_after, wait_on_channel_or_timer, Look};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::manager::LockManager;
 use crate::names::{check_cluster_name, check_name, permit_timeout_key, semaphore_channel};
 use crate::scripts::Script;
 use crate::semaphore::Semaphore;
@@ -168,7 +167,7 @@ static ADD_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_SEMAP
 static COUNTS: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_SEMAPHORE_COUNTS));
 
 /// A handle on one named permit-expirable semaphore: Redisson's `RPermitExpirableSemaphore`.
-/// Cheap to create ([`LockManager::get_permit_expirable_semaphore`] does no I/O) and to clone;
+/// Cheap to create (the manager's [`get_permit_expirable_semaphore`] does no I/O) and to clone;
 /// it keeps its manager alive.
 ///
 /// Unlike a [`Semaphore`], every permit taken has an **id** (32 hex characters, returned by
@@ -189,9 +188,11 @@ static COUNTS: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_SEMAPHORE_
 /// slots.release(&id)?;
 /// # Ok::<(), redis_rlock::Error>(())
 /// ```
+///
+/// [`get_permit_expirable_semaphore`]: crate::LockManager::get_permit_expirable_semaphore
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    manager: LockManager,
+    engine: Arc<Engine>,
     name: Arc<str>,
 }
 
@@ -206,9 +207,9 @@ pub struct AcquiredPermit {
 }
 
 impl PermitExpirableSemaphore {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         PermitExpirableSemaphore {
-            manager,
+            engine,
             name: Arc::from(name),
         }
     }
@@ -311,7 +312,7 @@ impl PermitExpirableSemaphore {
     pub fn update_lease_time(&self, id: &str, lease: Duration) -> Result<bool> {
         let engine = self.engine()?;
         let raw = parse_id(id)?;
-        let lease_ms = crate::config::to_millis("lease", lease)?;
+        let lease_ms = crate::limits::to_millis("lease", lease)?;
         let updated: i64 = self.invoke(
             engine,
             Op::PermitSemaphoreUpdateLease,
@@ -393,7 +394,7 @@ impl PermitExpirableSemaphore {
     ) -> Result<Option<String>> {
         let engine = self.engine()?;
         let lease_ms = lease
-            .map(|lease| crate::config::to_millis("lease", lease))
+            .map(|lease| crate::limits::to_millis("lease", lease))
             .transpose()?;
         let raw = *uuid::Uuid::new_v4().as_bytes();
         let stop = engine.stop(&self.name, None);
@@ -445,7 +446,7 @@ impl PermitExpirableSemaphore {
     /// The manager's engine, refused in a child made by `fork()`; then the name is checked
     /// (on a cluster also that its three keys share a slot).
     fn engine(&self) -> Result<&Engine> {
-        let engine = self.manager.engine();
+        let engine = &self.engine;
         engine.check_process()?;
         check_name(&self.name)?;
         if engine.store().topology().is_cluster() {

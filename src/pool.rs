@@ -13,6 +13,8 @@ use parking_lot::{Condvar, Mutex};
 use redis::{Client, Connection, RedisResult};
 
 use crate::error::{Error, Result};
+// The store names it through the pool, with the other connection helpers it uses.
+pub(crate) use crate::error::is_interrupted;
 use crate::fork::Origin;
 use crate::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
@@ -97,22 +99,6 @@ pub(crate) fn connect_by(
             other => return other,
         }
     }
-}
-
-/// Whether `err` is an I/O error of kind `Interrupted` (EINTR).
-pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
-    use std::error::Error as _;
-    if !err.is_io_error() {
-        return false;
-    }
-    // redis-rs keeps the io::Error behind an `Arc<dyn Error>` and shows it only as the source;
-    // should that change, this says false and the connect fails as it did before.
-    let source = err.source();
-    let io = source
-        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
-        .and_then(|arc| arc.downcast_ref::<std::io::Error>())
-        .or_else(|| source.and_then(|s| s.downcast_ref::<std::io::Error>()));
-    io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
 /// `cmd` on `conn`, sent once more on the same connection when its reply wait was interrupted
@@ -451,21 +437,5 @@ impl Drop for PooledConnection<'_> {
                 self.pool.forget_one();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_interrupted_io_error_is_taken_for_one() {
-        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
-        // The downcast follows redis-rs' private representation: this fails if that changes.
-        assert!(is_interrupted(&io(std::io::ErrorKind::Interrupted)));
-        assert!(!is_interrupted(&io(std::io::ErrorKind::ConnectionReset)));
-        assert!(!is_interrupted(&io(std::io::ErrorKind::WouldBlock)));
-        let other = redis::RedisError::from((redis::ErrorKind::Io, "interrupted, in words only"));
-        assert!(!is_interrupted(&other));
     }
 }

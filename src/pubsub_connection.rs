@@ -88,7 +88,7 @@ impl PubSubConnection {
         match self.conn.recv_response() {
             Ok(value) => Ok(self.heard(value)),
             Err(err) => {
-                if self.resp2 && (err.is_timeout() || crate::pool::is_interrupted(&err)) {
+                if self.resp2 && (err.is_timeout() || crate::error::is_interrupted(&err)) {
                     let ping = redis::cmd("PING").arg(PING_MARKER).get_packed_command();
                     self.conn.send_packed_command(&ping)?;
                 }

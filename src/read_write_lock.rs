@@ -10,15 +10,14 @@
 //! `1` (wake them all). docs/DESIGN.md ("Read-write lock", under
 //! "On the wire") has the wire format.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fair_lock::parse_attempt;
-use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock};
-use crate::manager::LockManager;
+use crate::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{attempt_script, latched_script, replay_lock_reply, Script};
@@ -453,7 +452,8 @@ impl LockKind for Write {
 }
 
 /// A handle on one read-write lock: Redisson's `RReadWriteLock`. Cheap to create
-/// ([`LockManager::get_read_write_lock`] does no I/O) and to clone.
+/// ([`LockManager::get_read_write_lock`](crate::LockManager::get_read_write_lock) does no I/O) and
+/// to clone.
 ///
 /// Any number of owners (threads of any client) may hold the [read lock](Self::read_lock)
 /// at once; the [write lock](Self::write_lock) excludes everyone else. Both are reentrant per
@@ -473,9 +473,9 @@ pub struct ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         ReadWriteLock {
-            lock: Lock::new(manager, name),
+            lock: Lock::new(engine, name),
         }
     }
 

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::cancel::CancelToken;
-use crate::config::check_wait;
 use crate::error::{Error, Result};
 use crate::fan_out::{self, Task};
-use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::limits::check_wait;
+use crate::lock::{Lock, LockGuard};
 use crate::options::{AcquireOptions, Lease};
 use crate::stop::Stop;
 
@@ -228,7 +227,8 @@ impl RedLock {
         for (i, lock) in self.locks.iter().enumerate() {
             let same = |other: &Lock| {
                 other.name() == lock.name()
-                    && other.manager().client_id() == lock.manager().client_id()
+                    && other.engine_in_any_process().client_id()
+                        == lock.engine_in_any_process().client_id()
             };
             if self.locks[..i].iter().any(same) {
                 // One lock on one server, twice: each round would win it once and lose it
@@ -248,10 +248,10 @@ impl RedLock {
 
     /// What ends a wait: the caller's token and the shutdown of every master's manager.
     fn stop(&self, token: Option<&CancelToken>) -> Stop {
-        let first = self.locks[0].manager().engine();
+        let first = self.locks[0].engine_in_any_process();
         let mut stop = first.stop(self.locks[0].name(), token);
         for lock in &self.locks[1..] {
-            stop = stop.and_shutdown(lock.manager().engine().shutdown_token());
+            stop = stop.and_shutdown(lock.engine_in_any_process().shutdown_token());
         }
         stop
     }
@@ -483,7 +483,7 @@ fn is_gone(released: &Result<()>) -> bool {
 /// a fixed `lease`, or the manager's watchdog timeout, from now, plus the drift margin.
 fn hold_expiry(lock: &Lock, fixed: Option<Duration>) -> Instant {
     let lease = fixed.unwrap_or_else(|| {
-        Duration::from_millis(lock.manager().engine().config().watchdog_timeout_ms)
+        Duration::from_millis(lock.engine_in_any_process().config().watchdog_timeout_ms)
     });
     Instant::now() + lease + lease / 100 + Duration::from_millis(2)
 }

@@ -16,7 +16,6 @@ use crate::cancel::CancelToken;
 use crate::counting::{deadline_after, wait_on_channel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::manager::LockManager;
 use crate::names::{attempt_marker, check_name, semaphore_channel};
 use crate::options::WaitOptions;
 use crate::scripts::{attempt_script, Script};
@@ -150,9 +149,10 @@ return free
 static ADD_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_ADD_PERMITS));
 static DRAIN_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_DRAIN_PERMITS));
 
-/// A handle on one named semaphore: a count of permits in Redis, shared by every thread,
-/// process and Redisson client that uses the name. Cheap to create
-/// ([`LockManager::get_semaphore`] does no I/O) and to clone; it keeps its manager alive.
+/// A handle on one named semaphore: a count of permits in Redis, shared by every thread, process
+/// and Redisson client that uses the name. Cheap to create
+/// ([`LockManager::get_semaphore`](crate::LockManager::get_semaphore) does no I/O) and to clone; it
+/// keeps its manager alive.
 ///
 /// It behaves as Redisson's `RSemaphore` (non-fair): [`try_set_permits`](Self::try_set_permits)
 /// creates it with a number of permits, [`acquire`](Self::acquire) takes some (waiting until
@@ -185,7 +185,7 @@ static DRAIN_PERMITS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    manager: LockManager,
+    engine: Arc<Engine>,
     name: Arc<str>,
 }
 
@@ -197,9 +197,9 @@ impl Semaphore {
     /// cbindgen:ignore
     pub const MAX_PERMITS: u32 = i32::MAX as u32;
 
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         Semaphore {
-            manager,
+            engine,
             name: Arc::from(name),
         }
     }
@@ -430,7 +430,7 @@ impl Semaphore {
 
     /// The manager's engine, refused in a child made by `fork()`; then the name is checked.
     fn engine(&self) -> Result<&Engine> {
-        let engine = self.manager.engine();
+        let engine = &self.engine;
         engine.check_process()?;
         check_name(&self.name)?;
         Ok(engine)
@@ -558,7 +558,7 @@ impl SemaphorePermits {
 
 impl Drop for SemaphorePermits {
     fn drop(&mut self) {
-        if self.released || self.semaphore.manager.engine().is_forked() {
+        if self.released || self.semaphore.engine.is_forked() {
             return;
         }
         if let Err(err) = self.semaphore.release(self.permits) {

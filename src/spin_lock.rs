@@ -10,14 +10,13 @@
 //! 128 ms whoever made it. Redisson offers it for large clusters, where every lock's channel
 //! costs every node; docs/DESIGN.md ("Spin lock", under "On the wire") has the wire format.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::engine::Engine;
 use crate::error::Result;
-use crate::guard::LockGuard;
 use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock};
-use crate::manager::LockManager;
+use crate::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
 use crate::options::AcquireOptions;
 use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
@@ -145,7 +144,7 @@ impl LockKind for Spin {
 }
 
 /// A handle on one spin lock: Redisson's `RSpinLock`. Cheap to create
-/// ([`LockManager::get_spin_lock`] does no I/O) and to clone.
+/// ([`LockManager::get_spin_lock`](crate::LockManager::get_spin_lock) does no I/O) and to clone.
 ///
 /// Stored like a [`Lock`] (the same hash, owner field, lease and watchdog), so Java's
 /// `getSpinLock(name)` and this handle share one lock. But nothing is published: a release
@@ -165,9 +164,9 @@ pub struct SpinLock {
 }
 
 impl SpinLock {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         SpinLock {
-            lock: Lock::new(manager, name),
+            lock: Lock::new(engine, name),
         }
     }
 

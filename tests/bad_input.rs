@@ -300,7 +300,7 @@ fn a_hash_that_is_somebodys_data_is_reported_and_left_alone() -> Result<()> {
     Ok(())
 }
 
-/// The longest lease and watchdog timeout accepted: 100 years (see `config::MAX_LEASE_MILLIS`).
+/// The longest lease and watchdog timeout accepted: 100 years (see `limits::MAX_LEASE_MILLIS`).
 const MAX_LEASE: Duration = Duration::from_millis(100 * 365 * 24 * 60 * 60 * 1000);
 
 /// Runs `body` on its own thread and fails if it takes longer than a minute: the bug this
