@@ -1,5 +1,5 @@
 //! Acquire attempt ids: what makes an acquire sent again after its reply was lost take one
-//! hold, not two (docs/DESIGN.md, "Never twice blindly").
+//! hold, not two (docs/design/deployments.md, "Never twice blindly").
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

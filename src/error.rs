@@ -192,7 +192,7 @@ impl Error {
     /// Redis is away for a while: unreachable, answering LOADING while it reads its data back
     /// after a restart, or in a failover (a cluster without a master for the slot, a demoted
     /// master, a master that lost its link). A thread already waiting rides this out for the
-    /// outage grace (`crate::outage`).
+    /// outage grace (`crate::engine::outage`).
     pub(crate) fn is_outage(&self) -> bool {
         self.is_connection_error()
             || matches!(self.last(), Error::Redis { source, .. } if matches!(

@@ -119,7 +119,7 @@
 //! None has the local line described below: the fair lock's queue orders local threads too,
 //! shared holds cannot take turns, and a spin lock's release has no message whose listeners
 //! it could count (so a handoff could keep other processes' pollers out): each handoff between
-//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/DESIGN.md` ("Fair
+//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/design/README.md` ("Fair
 //! lock", "Spin lock" and "Read-write lock" under "On the wire") have their keys, scripts and
 //! what differs from Redisson.
 //!
@@ -155,7 +155,7 @@
 //! holding the lock, without a request of its own, and busy processes take the lock in turns.
 //! Fenced acquires do not wait for grants, nor do acquires with replica sync on a master
 //! that has replicas (the default there), nor any on a cluster without sharded pub/sub.
-//! `docs/DESIGN.md` has the rules ("Fairness", "Grants"), `BENCHMARKS.md` the figures (W2, W3
+//! `docs/design/README.md` has the rules ("Fairness", "Grants"), `BENCHMARKS.md` the figures (W2, W3
 //! and W6), and [`LockManager::stats`] counts what a manager sends and sees.
 //!
 //! # Leases and the watchdog
@@ -293,7 +293,7 @@
 //! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
 //! release (or reached-zero) message, and look again at least once a second. A key lost to a
 //! restart without persistence reads as a semaphore without permits and an open latch, as in
-//! Redisson. `docs/DESIGN.md` describes the wire format.
+//! Redisson. `docs/design/README.md` describes the wire format.
 //!
 //! # Statistics and metrics
 //!
@@ -348,101 +348,77 @@
 //! With `cli`, `rustix` also gains `process` and `termios` (signalling the child, the
 //! terminal's width), which adds no crate.
 //!
-//! The connection pool is a small one of our own (`src/pool.rs` says why not r2d2).
+//! The connection pool is a small one of our own (`src/topology/pool.rs` says why not r2d2).
 #![deny(missing_docs)]
 // No unsafe code: the C API's is in the crate redis-rlock-ffi (ffi/). Only a unit test that
 // calls fork() allows it.
 #![deny(unsafe_code)]
 
-mod acl;
 mod attempt_id;
 mod backoff;
-mod builder;
 mod cancel;
 mod clock;
-mod config;
-mod count_down_latch;
-mod counting;
-mod endpoints;
 mod engine;
 mod error;
-mod fair_lock;
-mod fan_out;
 mod fork;
-mod holds;
-mod kind;
+mod kinds;
 mod limits;
-mod line;
-mod listener;
-mod lock;
 mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
-mod multi_lock;
+mod multi;
 mod names;
-mod options;
-mod outage;
 mod owner;
-mod permit_expirable_semaphore;
-mod pool;
-mod pubsub_connection;
-mod read_write_lock;
-mod red_lock;
-mod scripts;
-mod semaphore;
-mod sharded_pubsub;
+mod pubsub;
 mod slot;
-mod spin_lock;
 mod stats;
 mod stop;
 mod store;
-mod subscriber;
 mod threads;
 mod topology;
-mod watchdog;
 
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
-    pub use crate::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
-    pub use crate::read_write_lock::{
+    pub use crate::kinds::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
+    pub use crate::kinds::read_write_lock::{
         READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
     };
-    pub use crate::scripts::{
+    pub use crate::store::scripts::{
         ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
     };
     // Semaphores and count-down latches keep their scripts next to them.
-    pub use crate::count_down_latch::{
+    pub use crate::kinds::count_down_latch::{
         COUNT_DOWN_LATCH_COUNT_DOWN, COUNT_DOWN_LATCH_TRY_SET_COUNT,
     };
-    pub use crate::permit_expirable_semaphore::{
+    pub use crate::kinds::permit_expirable_semaphore::{
         PERMIT_SEMAPHORE_ACQUIRE, PERMIT_SEMAPHORE_ADD_PERMITS, PERMIT_SEMAPHORE_COUNTS,
         PERMIT_SEMAPHORE_RELEASE, PERMIT_SEMAPHORE_SET_PERMITS, PERMIT_SEMAPHORE_UPDATE_LEASE,
     };
-    pub use crate::semaphore::{
+    pub use crate::kinds::semaphore::{
         SEMAPHORE_ADD_PERMITS, SEMAPHORE_DRAIN_PERMITS, SEMAPHORE_RELEASE, SEMAPHORE_TRY_ACQUIRE,
         SEMAPHORE_TRY_SET_PERMITS,
     };
-    pub use crate::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
+    pub use crate::kinds::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
 }
 
-pub use builder::LockManagerBuilder;
 pub use cancel::CancelToken;
-pub use count_down_latch::CountDownLatch;
+pub use engine::options::{AcquireOptions, Lease, WaitOptions};
 pub use error::{Error, Result};
-pub use fair_lock::FairLock;
-pub use lock::{Lock, LockGuard};
+pub use kinds::count_down_latch::CountDownLatch;
+pub use kinds::fair_lock::FairLock;
+pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemaphore};
+pub use kinds::read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use kinds::semaphore::{Semaphore, SemaphorePermits};
+pub use kinds::spin_lock::SpinLock;
+pub use manager::builder::LockManagerBuilder;
 pub use manager::LockManager;
-pub use multi_lock::{MultiLock, MultiLockGuard};
-pub use options::{AcquireOptions, Lease, WaitOptions};
-pub use permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemaphore};
-pub use pubsub_connection::PubSubProtocol;
-pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
-pub use red_lock::{RedLock, RedLockGuard};
-pub use semaphore::{Semaphore, SemaphorePermits};
-pub use sharded_pubsub::ShardedPubSubMode;
-pub use spin_lock::SpinLock;
+pub use multi::multi_lock::{MultiLock, MultiLockGuard};
+pub use multi::red_lock::{RedLock, RedLockGuard};
 pub use stats::Stats;
+pub use topology::pubsub_connection::PubSubProtocol;
+pub use topology::sharded_pubsub::ShardedPubSubMode;
 
 // The handles are made to be shared and moved between threads: keep it that way at compile time.
 const _: () = {

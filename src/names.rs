@@ -31,7 +31,7 @@ const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
 const COUNT_DOWN_LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
 
 /// Whose messages a channel carries, which decides how they wake its waiters (see
-/// `crate::subscriber`). Told by the channel's prefix: each primitive's prefix is Redisson's,
+/// `crate::pubsub::subscriber`). Told by the channel's prefix: each primitive's prefix is Redisson's,
 /// and none is a prefix of another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChannelKind {
@@ -127,7 +127,7 @@ impl LockKeys {
     }
 
     /// `redis_rlock__waiters:{name}`: the waiters of other clients of this crate that a
-    /// release may grant the lock to, first come first (docs/DESIGN.md, "Grants").
+    /// release may grant the lock to, first come first (docs/design/engine.md, "Grants").
     pub(crate) fn waiters_key(&self) -> String {
         prefixed(WAITERS_PREFIX, &self.name)
     }

@@ -607,7 +607,7 @@ fn every_lock_kind_is_woken_by_sharded_pub_sub() {
     assert!(after < prompt, "count-down latch: {after:?}");
 
     // The plain lock: once the waiter is registered, the release grants it the lock (the
-    // master counts the channel's subscribers with SHARDNUMSUB, docs/DESIGN.md "Grants").
+    // master counts the channel's subscribers with SHARDNUMSUB, docs/design/engine.md "Grants").
     // Only without replica sync: with it, only a waiter's own attempt may take the lock.
     // Without sharded pub/sub no node can count the listeners: the waiter does not register,
     // and is woken by the release's PUBLISH to take the lock itself.

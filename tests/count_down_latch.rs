@@ -1,6 +1,6 @@
 //! Count-down latches (Redisson's `RCountDownLatch`) against a real redis-server: waiters in
 //! several managers wake when the count reaches zero, waits time out, a count is set only on
-//! an open latch, a Redisson-style client (raw commands, as docs/DESIGN.md describes its
+//! an open latch, a Redisson-style client (raw commands, as docs/design/README.md describes its
 //! latch) and this crate wake each other, bad input and foreign keys are refused, a restart.
 
 mod support;

@@ -382,7 +382,7 @@ fn a_subscription_being_dropped_is_not_taken_for_a_remote_waiter() -> Result<()>
     second.join().expect("second thread")?;
     // (The second thread's own release may yield too, if the remote waiter's listener has
     // not dropped its subscription yet.)
-    // Left free for it, or (once it registered: docs/DESIGN.md, "Grants") granted to it.
+    // Left free for it, or (once it registered: docs/design/engine.md, "Grants") granted to it.
     let stats = manager.stats();
     assert!(
         stats.yields + stats.grants_given >= 1,

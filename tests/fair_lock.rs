@@ -1,7 +1,7 @@
 //! The fair lock (Redisson's `RFairLock`): first come first served across managers and
 //! Redisson clients, through the queue in Redis. The "Redisson side" here is a stand-in that
-//! does, with plain commands, what Redisson's fair lock scripts do (docs/DESIGN.md, "Fair
-//! lock").
+//! does, with plain commands, what Redisson's fair lock scripts do (docs/design/wire-format.md,
+//! "Fair lock (RFairLock)").
 
 mod support;
 

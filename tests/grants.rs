@@ -1,4 +1,4 @@
-//! Grants (docs/DESIGN.md, "Grants"): a release hands the lock to the first waiting client of
+//! Grants (docs/design/engine.md, "Grants"): a release hands the lock to the first waiting client of
 //! this crate in the same script call, when every other subscriber of the lock's channel is
 //! such a waiter; the waiter takes it when the grant's message comes, without a request of its
 //! own. Whenever anyone else listens (a Redisson client), the release leaves the lock free as

@@ -208,7 +208,7 @@ fn cut_reply_of<T>(
 /// Invariant: an acquire whose pooled connection dies after the server ran it is sent again
 /// on a new connection and takes what it asked for once, not twice: one hold of a lock (new
 /// or re-entered), the same fencing token, one semaphore permit. Its attempt id answers the
-/// second send (docs/DESIGN.md, "Never twice blindly").
+/// second send (docs/design/deployments.md, "Never twice blindly").
 #[test]
 fn an_acquire_sent_again_after_its_connection_died_takes_one_hold() -> Result<()> {
     let server = RedisServer::start();

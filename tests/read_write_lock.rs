@@ -1,6 +1,6 @@
 //! The read-write lock (Redisson's `RReadWriteLock`): shared reads, exclusive writes, a
 //! writer's own reads, the timeout keys the watchdog renews, and a "Redisson side" doing with
-//! plain commands what Redisson's read and write lock scripts do (docs/DESIGN.md,
+//! plain commands what Redisson's read and write lock scripts do (docs/design/README.md,
 //! "Read-write lock").
 
 mod support;

@@ -1,5 +1,5 @@
 //! Interoperability with Redisson: the other party here is a stand-in that follows Redisson's
-//! wire behaviour, as docs/DESIGN.md ("On the wire") describes it, with plain Redis commands,
+//! wire behaviour, as docs/design/wire-format.md ("On the wire") describes it, with plain Redis commands,
 //! the way a Java service's `RLock` would act on the same server.
 
 mod support;

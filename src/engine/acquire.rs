@@ -9,11 +9,11 @@ use super::attempter::Attempter;
 use super::contend::Contention;
 use super::plan::{AcquireFacts, AcquirePlan, Path};
 use super::{Engine, Held, NO_TTL_POLL, OUTAGE_RETRY};
+use crate::engine::kind::LockKind;
+use crate::engine::line::{Entry, Join, Probed, Ticket, Wait, Yield};
+use crate::engine::options::Request;
 use crate::error::Result;
-use crate::kind::LockKind;
-use crate::line::{Entry, Join, Probed, Ticket, Wait, Yield};
 use crate::names::LockKeys;
-use crate::options::Request;
 use crate::owner::current_thread_number;
 use crate::stop::Stop;
 use crate::store::Attempt;
@@ -105,7 +105,7 @@ impl Engine {
         Ok(Some(Got::AtOnce))
     }
 
-    /// Through the local line (see [`crate::line`]).
+    /// Through the local line (see [`crate::engine::line`]).
     fn acquire_in_line(
         &self,
         plan: &AcquirePlan,

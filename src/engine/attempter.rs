@@ -8,11 +8,11 @@ use std::time::Instant;
 use super::Engine;
 use crate::attempt_id::AttemptId;
 use crate::clock::BootInstant;
+use crate::engine::kind::{AttemptArgs, LockKind};
+use crate::engine::options::Request;
+use crate::engine::outage::Outage;
 use crate::error::Result;
-use crate::kind::{AttemptArgs, LockKind};
 use crate::names::LockKeys;
-use crate::options::Request;
-use crate::outage::Outage;
 use crate::owner::owner_field;
 use crate::store::{Attempt, Listeners, Waiting};
 

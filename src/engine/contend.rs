@@ -5,7 +5,7 @@
 //! whose releases are silent (a spin lock) only sleeps its back-off and looks again.
 //!
 //! A waiter rides out an outage (a restart, its data loading back, a failover) for the outage
-//! grace ([`crate::outage`]), woken when the listener is back; past that the outage is
+//! grace ([`crate::engine::outage`]), woken when the listener is back; past that the outage is
 //! reported. Redis down for good is still an error.
 
 use std::sync::Arc;
@@ -16,12 +16,12 @@ use super::plan::{AcquirePlan, Listen};
 use super::{Engine, NO_TTL_POLL, OUTAGE_RETRY};
 use crate::backoff::{Backoff, SpinBackoff};
 use crate::clock::BootInstant;
+use crate::engine::line::{Entry, Yield};
 use crate::error::Result;
-use crate::line::{Entry, Yield};
 use crate::names::LockKeys;
+use crate::pubsub::subscriber::Subscription;
 use crate::stop::Stop;
 use crate::store::Attempt;
-use crate::subscriber::Subscription;
 
 /// Where a contending thread starts.
 pub(super) enum Contention {

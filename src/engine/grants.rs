@@ -12,7 +12,7 @@ use super::attempter::Attempter;
 use super::Engine;
 use crate::clock::BootInstant;
 use crate::error::Result;
-use crate::subscriber::Subscription;
+use crate::pubsub::subscriber::Subscription;
 
 impl Engine {
     /// Registers the wait (its attempts from now on carry the registration), if the listener

@@ -3,9 +3,9 @@
 //! pub/sub listener, the watchdog).
 //!
 //! Acquiring is: an attempt in Redis (one script call); when the lock is held, a place in the
-//! local line ([`crate::line`]); with the turn, a subscription to the lock's channel and a
+//! local line ([`crate::engine::line`]); with the turn, a subscription to the lock's channel and a
 //! sleep until an unlock message or the holder's TTL, then another attempt; once acquired, a
-//! hold in the registry ([`crate::holds`]) that the watchdog renews. Releasing is one script
+//! hold in the registry ([`crate::engine::holds`]) that the watchdog renews. Releasing is one script
 //! call that also hands the lock to the next local thread, or leaves it free when others were
 //! told (docs/design/engine.md describes the whole protocol).
 //!
@@ -18,28 +18,34 @@ mod acquire;
 mod attempter;
 mod contend;
 mod grants;
+pub(crate) mod holds;
+pub(crate) mod kind;
+pub(crate) mod line;
+pub(crate) mod options;
+pub(crate) mod outage;
 mod plan;
 mod release;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::config::Config;
-use crate::endpoints::Endpoints;
+use crate::engine::holds::{HoldKey, HoldStatus, Holds};
+use crate::engine::kind::LockKind;
+use crate::engine::line::Line;
+use crate::engine::options::Request;
+use crate::engine::watchdog::Watchdog;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
-use crate::holds::{HoldKey, HoldStatus, Holds};
-use crate::kind::LockKind;
-use crate::line::Line;
 use crate::names::LockKeys;
-use crate::options::Request;
 use crate::owner::{current_thread_number, owner_field};
+use crate::pubsub::subscriber::Subscriber;
 use crate::stats::Stats;
 use crate::stop::Stop;
 use crate::store::LockStore;
-use crate::subscriber::Subscriber;
-use crate::watchdog::Watchdog;
+use crate::topology::config::Config;
+use crate::topology::endpoints::Endpoints;
 use attempter::Attempter;
 use plan::Deployment;
 
@@ -89,8 +95,8 @@ impl Engine {
         let client_id = uuid::Uuid::new_v4().to_string();
         let store = Arc::new(LockStore::connect(endpoints, &config)?);
         // Without channel rights every unlock would go unheard: refuse now, not at the first
-        // release (docs/DESIGN.md).
-        crate::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
+        // release (docs/design/README.md).
+        crate::store::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
         let timeout = Duration::from_millis(config.watchdog_timeout_ms);
         let line = Arc::new(Line::new(config.renewal_period()));
         let on_lost = {
@@ -151,7 +157,7 @@ impl Engine {
         channel: &str,
         deadline: Option<Instant>,
         stop: &Stop,
-    ) -> crate::subscriber::Subscription {
+    ) -> crate::pubsub::subscriber::Subscription {
         self.subscriber.subscribe(channel, deadline, stop)
     }
 

@@ -6,7 +6,7 @@
 //! Pure: the engine gathers the facts and does the I/O. The tests below go through every
 //! deployment (docs/design/engine.md has the same table in prose).
 
-use crate::holds::HoldsLeft;
+use crate::engine::holds::HoldsLeft;
 use crate::store::Listeners;
 
 /// What the deployment allows, as the store knows it.

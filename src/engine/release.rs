@@ -1,7 +1,7 @@
 //! Releasing one hold: counted off the registry first (whether it was the thread's last
 //! decides the rest), planned ([`plan_release`]), sent as one script call that may also
 //! acquire for the local successor, and then the lock or the turn passed on to whoever here
-//! waits for it (see [`crate::line`]).
+//! waits for it (see [`crate::engine::line`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::plan::{plan_release, ReleaseFacts, ReleasePlan};
 use super::{Engine, Held};
 use crate::clock::BootInstant;
+use crate::engine::holds::{HoldsLeft, Unregistered};
+use crate::engine::line::{Handed, Successor};
 use crate::error::{Error, Result};
-use crate::holds::{HoldsLeft, Unregistered};
-use crate::line::{Handed, Successor};
 use crate::names::LockKeys;
 use crate::owner::owner_field;
 use crate::store::Release;

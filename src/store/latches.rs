@@ -1,4 +1,4 @@
-//! Release latches (docs/DESIGN.md, "Never twice blindly"): every kind's release script call
+//! Release latches (docs/design/deployments.md, "Never twice blindly"): every kind's release script call
 //! carries a new latch key, so that a call sent again after its reply was lost answers what
 //! the first did; the latches of a lock's earlier releases are remembered here and deleted by
 //! its next release.

@@ -5,7 +5,7 @@
 //! names, or the slot's master in a cluster), follows MOVED and ASK redirections, and finds
 //! the master again after a failover; a command is sent again where it did not run, where
 //! running it twice changes nothing (an acquire carries its attempt id, a release its latch),
-//! and after a pooled connection died, where it most likely did not run (docs/DESIGN.md,
+//! and after a pooled connection died, where it most likely did not run (docs/design/README.md,
 //! "Never twice blindly"); a timeout never is. With replica sync on, acquires and releases
 //! wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
 //!
@@ -24,20 +24,22 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Connection, RedisResult};
 
-use crate::config::Config;
-use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
-use crate::pool::{Pool, PooledConnection};
-use crate::pubsub_connection::{PubSubConnection, PubSubProtocol};
-use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
 use crate::stats::Counters;
+use crate::store::scripts::{ScriptInvocation, LOCK_SCRIPTS};
+use crate::topology::config::Config;
+use crate::topology::endpoints::Endpoints;
+use crate::topology::pool::{Pool, PooledConnection};
+use crate::topology::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::topology::Topology;
 
+pub(crate) mod acl;
 mod latches;
 mod reentrant;
 mod renewal;
 mod replicas;
 mod resend;
+pub(crate) mod scripts;
 
 pub(crate) use reentrant::{Attempt, Listeners, Release, Waiting, UNLOCK_MESSAGE};
 pub(crate) use resend::is_not_local;
@@ -60,7 +62,7 @@ pub(crate) struct LockStore {
     /// The `PUBSUB` subcommand that counts a lock channel's subscribers where releases are
     /// published (`numsub`, or `shardnumsub` with sharded pub/sub), or empty where it cannot
     /// count them all (a cluster without sharded pub/sub, whose plain messages reach every
-    /// node): then no release grants a lock to a registered waiter (docs/DESIGN.md, "Grants").
+    /// node): then no release grants a lock to a registered waiter (docs/design/engine.md, "Grants").
     numsub_command: &'static str,
     /// How long an acquire or release waits for a replica's acknowledgement (`None`: it does
     /// not wait; see `LockManagerBuilder::replica_sync`).
@@ -479,7 +481,7 @@ impl LockStore {
         };
         // Interrupted: the process was stopped and continued while it waited for the reply
         // (see `pool::connect_by`); the server is fine, and the command has almost surely run.
-        let interrupted = crate::pool::is_interrupted(err);
+        let interrupted = crate::topology::pool::is_interrupted(err);
         let dead = conn.reused && is_dead_connection(err);
         if !interrupted && !dead {
             return Ok((conn, result));

@@ -10,7 +10,7 @@ use redis::{ErrorKind, RedisError, RedisResult};
 use super::{LockStore, Op};
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
-use crate::scripts::{ScriptInvocation, LOCK_SCRIPTS};
+use crate::store::scripts::{ScriptInvocation, LOCK_SCRIPTS};
 
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
@@ -75,7 +75,7 @@ impl Attempt {
 /// registration that lapses early only means that the waiter is not granted the lock.
 const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
 
-/// A waiter's registration, as an acquire attempt sends it (docs/DESIGN.md, "Grants").
+/// A waiter's registration, as an acquire attempt sends it (docs/design/engine.md, "Grants").
 pub(crate) struct Waiting {
     /// The wait's number, published when a release grants it the lock.
     pub(crate) number: u64,
@@ -107,7 +107,7 @@ pub(crate) enum Release {
     /// was left free for them.
     LeftForOthers,
     /// The last hold was released and the lock granted to a registered waiter of another
-    /// client (docs/DESIGN.md, "Grants").
+    /// client (docs/design/engine.md, "Grants").
     Granted,
     /// One hold fewer; the owner still holds the lock.
     StillHeld,
@@ -136,7 +136,7 @@ impl LockStore {
     /// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
     ///
     /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
-    /// release made to it (docs/DESIGN.md, "Grants") instead of counting a second hold. With
+    /// release made to it (docs/design/engine.md, "Grants") instead of counting a second hold. With
     /// `waiting` (always fresh), an attempt that finds the lock held registers the caller as a
     /// waiter that a release may grant the lock to.
     pub(crate) fn try_acquire(
@@ -223,7 +223,7 @@ impl LockStore {
     /// Releases one hold of `owner` (holds that remain get `lease_ms`). On the last, the lock
     /// is granted to the first registered waiter of another client when every subscriber of
     /// its channel but this client's own listener (`listeners.own`) is such a waiter
-    /// (docs/DESIGN.md, "Grants"); otherwise, when no more than `listeners.ignored` of the
+    /// (docs/design/engine.md, "Grants"); otherwise, when no more than `listeners.ignored` of the
     /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
     /// same script call: the handoff to the next local thread.
     ///

@@ -1,5 +1,5 @@
 //! Renewal sweeps on the wire: the holds due, renewed with one pipeline per master, every
-//! master's pipeline sent before any reply is read (docs/DESIGN.md, "Deployments", under
+//! master's pipeline sent before any reply is read (docs/design/deployments.md, "Deployments", under
 //! "Routing", and "The watchdog").
 //!
 //! A renewal only sets a TTL, so sending it again is always safe; what must not happen is
@@ -24,8 +24,8 @@ use redis::{RedisError, Value};
 
 use super::{is_broken, is_dead_connection, is_not_local, LockStore, Op};
 use crate::error::{Error, Result};
-use crate::pool::{Pool, PooledConnection};
-use crate::scripts::Script;
+use crate::store::scripts::Script;
+use crate::topology::pool::{Pool, PooledConnection};
 
 /// The shortest read timeout a pipeline's replies get: after the sweep's deadline, replies
 /// already in the socket are still read (their renewals happened), and no more are waited for.

@@ -1,4 +1,4 @@
-//! Replica sync (docs/DESIGN.md, "Replica acknowledgement"): after an acquire or release with
+//! Replica sync (docs/design/deployments.md, "Replica acknowledgement"): after an acquire or release with
 //! replica sync on, the master's replicas are counted again when the count is old, and the
 //! write waits for their acknowledgement (`WAIT`) on the connection that made it; a shortfall
 //! is judged against what the deployment says of a failover.
@@ -10,7 +10,7 @@ use redis::{Connection, RedisResult};
 use super::resend::{is_broken, is_unknown_command, Failed};
 use super::LockStore;
 use crate::error::Error;
-use crate::pool::Pool;
+use crate::topology::pool::Pool;
 
 /// How often acquires and releases count a master's replicas again (with `ROLE`) while
 /// replica sync is on.
@@ -36,7 +36,7 @@ impl LockStore {
     pub(super) fn sync_replicas(
         &self,
         pool: &Pool,
-        conn: &mut crate::pool::PooledConnection<'_>,
+        conn: &mut crate::topology::pool::PooledConnection<'_>,
         operation: &'static str,
         timeout: Duration,
         wrote: bool,
@@ -60,7 +60,7 @@ impl LockStore {
     fn recount_replicas(
         &self,
         pool: &Pool,
-        conn: &mut crate::pool::PooledConnection<'_>,
+        conn: &mut crate::topology::pool::PooledConnection<'_>,
         operation: &'static str,
         timeout: Duration,
     ) -> std::result::Result<(), Failed> {
@@ -73,7 +73,10 @@ impl LockStore {
             return Ok(());
         }
         self.counters.sent(1);
-        match crate::pool::query_again_if_interrupted::<redis::Value>(conn, &redis::cmd("ROLE")) {
+        match crate::topology::pool::query_again_if_interrupted::<redis::Value>(
+            conn,
+            &redis::cmd("ROLE"),
+        ) {
             Ok(role) => {
                 // Not a master any more: the write went to a master demoted since (one
                 // continued after its failover), and is dropped with its data.
@@ -123,7 +126,7 @@ impl LockStore {
     fn wait_for_replicas(
         &self,
         pool: &Pool,
-        conn: &mut crate::pool::PooledConnection<'_>,
+        conn: &mut crate::topology::pool::PooledConnection<'_>,
         operation: &'static str,
         timeout: Duration,
     ) -> std::result::Result<(), Failed> {
@@ -143,7 +146,7 @@ impl LockStore {
                 // after it: one millisecond more is all it needs to count the acknowledgements
                 // of this connection's last write again, so the call keeps its time. redis-rs
                 // skips the first WAIT's reply when it comes.
-                Err(err) if crate::pool::is_interrupted(&err) => {
+                Err(err) if crate::topology::pool::is_interrupted(&err) => {
                     log::debug!("waiting for WAIT's reply was interrupted ({err}); asking again");
                     self.counters.sent(1);
                     wait(1).query(&mut **conn)?
@@ -183,7 +186,7 @@ impl LockStore {
     }
 
     /// Whether a write that `acked` of the master's replicas acknowledged, fewer than it
-    /// had, is safe, with `connected` replicas connected to it now (docs/DESIGN.md,
+    /// had, is safe, with `connected` replicas connected to it now (docs/design/README.md,
     /// "Replica sync through a failover"). A replica being promoted leaves the old master
     /// first, and the others follow the new master soon after, dropping what the old one
     /// wrote meanwhile: so on Sentinel, a shortfall counts only when the sentinels say that
@@ -212,8 +215,10 @@ impl LockStore {
 
 /// `connected_slaves` from `INFO replication`.
 fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
-    let info: String =
-        crate::pool::query_again_if_interrupted(conn, redis::cmd("INFO").arg("replication"))?;
+    let info: String = crate::topology::pool::query_again_if_interrupted(
+        conn,
+        redis::cmd("INFO").arg("replication"),
+    )?;
     Ok(info
         .lines()
         .find_map(|line| line.strip_prefix("connected_slaves:"))

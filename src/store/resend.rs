@@ -1,5 +1,5 @@
 //! Whether a command is sent again, and what a failure is told as: the resend policy
-//! (docs/DESIGN.md, "Never twice blindly") and the classification of errors it rests on.
+//! (docs/design/deployments.md, "Never twice blindly") and the classification of errors it rests on.
 
 use std::time::{Duration, Instant};
 
@@ -155,7 +155,7 @@ pub(crate) enum Op {
     LatchCount,
 }
 
-/// When an operation is sent again (docs/DESIGN.md, "Never twice blindly").
+/// When an operation is sent again (docs/design/deployments.md, "Never twice blindly").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
     /// Sent again on a new connection when the pooled one it went out on turns out dead:
@@ -169,7 +169,7 @@ pub(crate) struct Policy {
     /// setting of a count, whose repeat answers "already set" or sets it again after others
     /// changed it.
     pub(crate) after_interrupt: bool,
-    /// Waits for the replicas' acknowledgement when replica sync is on (docs/DESIGN.md,
+    /// Waits for the replicas' acknowledgement when replica sync is on (docs/design/README.md,
     /// "Replica acknowledgement"): acquires and releases of every lock kind.
     pub(crate) replicated: bool,
 }

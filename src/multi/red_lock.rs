@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::cancel::CancelToken;
+use crate::engine::options::{AcquireOptions, Lease};
 use crate::error::{Error, Result};
-use crate::fan_out::{self, Task};
+use crate::kinds::lock::{Lock, LockGuard};
 use crate::limits::check_wait;
-use crate::lock::{Lock, LockGuard};
-use crate::options::{AcquireOptions, Lease};
+use crate::multi::fan_out::{self, Task};
 use crate::stop::Stop;
 
 /// The pause between two rounds of attempts: short, and varied so that two clients that

@@ -1,5 +1,5 @@
 //! Which server each command goes to: the one server, the master Sentinel names, or the master
-//! that serves a key's slot in a Redis Cluster (docs/DESIGN.md, "Deployments").
+//! that serves a key's slot in a Redis Cluster (docs/design/deployments.md, "Deployments").
 //!
 //! The topology keeps a map from slots to masters, each master with its own connection
 //! [`Pool`]. The map is replaced as a whole when it turns out to be stale: a MOVED reply, a
@@ -8,6 +8,12 @@
 //! connections. Discovery asks the deployment itself: `CLUSTER SLOTS` on any node (known
 //! masters first, then the seeds) or `SENTINEL get-master-addr-by-name` on each sentinel in
 //! turn, confirmed by the master's own `ROLE`.
+
+pub(crate) mod config;
+pub(crate) mod endpoints;
+pub(crate) mod pool;
+pub(crate) mod pubsub_connection;
+pub(crate) mod sharded_pubsub;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,11 +25,11 @@ use redis::{
     Value,
 };
 
-use crate::config::Config;
-use crate::endpoints::Endpoints;
 use crate::error::{Error, Result};
-use crate::pool::{self, Pool};
 use crate::slot;
+use crate::topology::config::Config;
+use crate::topology::endpoints::Endpoints;
+use crate::topology::pool::Pool;
 
 /// Refreshes closer together than this reuse the last map: when a whole cluster is down, every
 /// failing call would otherwise ask for a new map.
@@ -132,7 +138,7 @@ impl Nodes {
     /// A connection of its own, for discovery, with the pool's timeouts.
     fn probe(&self, info: ConnectionInfo) -> Result<Connection> {
         let deadline = Instant::now() + self.connect_timeout;
-        let conn = crate::pool::connect_by(&self.client(info)?, 1, deadline)
+        let conn = crate::topology::pool::connect_by(&self.client(info)?, 1, deadline)
             .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(|source| Error::Connect { source })?;
@@ -335,7 +341,7 @@ impl Topology {
     /// (`SENTINEL FAILOVER`) leaves the old master writable until the sentinels demote it, up
     /// to 10 s later: no error says the master changed, and what is written there meanwhile
     /// (renewals included) is lost at the demotion, while the copies on the new master expire.
-    /// The watchdog calls this after each renewal sweep (docs/DESIGN.md, "Deployments").
+    /// The watchdog calls this after each renewal sweep (docs/design/deployments.md, "Deployments").
     /// Nothing for a single server or a cluster, where a demoted master answers MOVED.
     pub(crate) fn recheck(&self) {
         if !matches!(self.discovery, Discovery::Sentinel { .. }) {

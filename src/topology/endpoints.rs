@@ -1,5 +1,5 @@
 //! What a manager connects to: one server, a Sentinel-watched master, or a Redis Cluster, and
-//! the URL forms that name each (docs/DESIGN.md, "Deployments").
+//! the URL forms that name each (docs/design/deployments.md, "Deployments").
 //!
 //! - `redis://`, `rediss://`, `redis+unix://`: one server (redis-rs' own URL format).
 //! - `redis-sentinel://[[user:]password@]host1[:port1][,host2[:port2]...][/db]#master`:

@@ -22,14 +22,14 @@ pub(crate) trait LockKind: Sync {
     fn id(&self) -> KindId;
 
     /// Whether threads of one manager take turns for it in the local line and hand it over in
-    /// the release ([`crate::line`]). Kinds with their own order in Redis (a fair lock's
+    /// the release ([`crate::engine::line`]). Kinds with their own order in Redis (a fair lock's
     /// queue) or with shared holds (read locks) do not.
     fn uses_line(&self) -> bool {
         true
     }
 
     /// Whether a waiter may register so that a release of another client grants it the lock
-    /// (docs/DESIGN.md, "Grants"): an attempt with `AttemptArgs::waiting` registers, and
+    /// (docs/design/engine.md, "Grants"): an attempt with `AttemptArgs::waiting` registers, and
     /// [`LockStore::stop_waiting`] ends the registration.
     fn grants(&self) -> bool {
         false
@@ -104,7 +104,7 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) attempt_id: &'a str,
     /// Whether the owner holds nothing of the lock as far as this manager knows: then, for
     /// kinds with [`LockKind::grants`], a hold granted to it by a release is taken, not
-    /// counted again (docs/DESIGN.md, "Grants").
+    /// counted again (docs/design/engine.md, "Grants").
     pub(crate) fresh: bool,
     /// The caller's registration as a waiter, for kinds with [`LockKind::grants`].
     pub(crate) waiting: Option<Waiting>,

@@ -7,19 +7,19 @@
 //! which it counts as gone (a client that crashed while queued must not block the queue
 //! forever). The lock is granted only to the head of the queue (or to anyone while the queue
 //! is empty), and a release tells only the head, on its own channel
-//! `redisson_lock__channel:{name}:<owner>`. docs/DESIGN.md ("Fair lock", under "On the wire") has the
+//! `redisson_lock__channel:{name}:<owner>`. docs/design/wire-format.md ("Fair lock (RFairLock)", under "On the wire") has the
 //! wire format.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock, LockGuard};
+use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
-use crate::options::AcquireOptions;
-use crate::scripts::{
+use crate::store::scripts::{
     attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply, Script,
 };
 use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};

@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::engine::outage::Outage;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::outage::Outage;
 use crate::stop::Stop;
 
 /// How long a waiter sleeps at most between two looks when no message comes. Redisson does
@@ -27,7 +27,7 @@ const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 /// The first attempt is made before subscribing (the common case needs no subscription); the
 /// second right after, which closes the race with a message published before the
 /// subscription. A waiter rides out Redis not answering for the outage grace
-/// (`crate::outage`), as a lock's waiter does; an error before it waited, or any other error,
+/// (`crate::engine::outage`), as a lock's waiter does; an error before it waited, or any other error,
 /// is returned at once. `stop` ends the wait with its error (before the first attempt, if it
 /// is stopped already: nothing is sent then).
 pub(crate) fn wait_on_channel(

@@ -1,5 +1,5 @@
 //! How long a thread already waiting (for a lock, a permit, a count) rides out Redis not
-//! answering before it reports it: the *outage grace* (docs/DESIGN.md, "Outage grace").
+//! answering before it reports it: the *outage grace* (docs/design/engine.md, "Outage grace").
 //!
 //! On one server an outage is a restart or a server gone: one connect timeout is enough for
 //! the first and keeps the second from hiding behind a long wait. With Sentinel or a cluster

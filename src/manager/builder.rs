@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use crate::config::{Config, Pem};
-use crate::endpoints::{redact_url, Endpoints};
 use crate::error::{Error, Result};
 use crate::limits::{to_millis, MIN_WATCHDOG_TIMEOUT_MILLIS};
-use crate::pubsub_connection::PubSubProtocol;
-use crate::sharded_pubsub::ShardedPubSubMode;
+use crate::topology::config::{Config, Pem};
+use crate::topology::endpoints::{redact_url, Endpoints};
+use crate::topology::pubsub_connection::PubSubProtocol;
+use crate::topology::sharded_pubsub::ShardedPubSubMode;
 
 /// Default lease of watchdog-renewed locks (Redisson's `lockWatchdogTimeout`).
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);

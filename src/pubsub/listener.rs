@@ -1,9 +1,9 @@
 //! One pub/sub listener: a thread with its own connection to one master, subscribed to the
-//! channels of that master's waiters (`crate::subscriber` keeps the waiters and routes
+//! channels of that master's waiters (`crate::pubsub::subscriber` keeps the waiters and routes
 //! channels to listeners).
 //!
 //! The connection speaks RESP3 where the server allows it, else RESP2
-//! (`crate::pubsub_connection`, which reads both alike): every message, and every
+//! (`crate::topology::pubsub_connection`, which reads both alike): every message, and every
 //! subscription's confirmation, is read here, where redis-rs' sync `PubSub` drops the
 //! `smessage` of sharded pub/sub (which Redisson uses on a Redis 7 cluster) and discards the
 //! replies to SUBSCRIBE, so a refused subscription would look live. Here a subscription counts
@@ -26,8 +26,8 @@ use crossbeam_channel::Receiver;
 use redis::{PushKind, RedisResult, ServerError, Value};
 
 use crate::names::ChannelKind;
-use crate::pubsub_connection::{Heard, PubSubConnection};
-use crate::subscriber::{Shared, Wake};
+use crate::pubsub::subscriber::{Shared, Wake};
+use crate::topology::pubsub_connection::{Heard, PubSubConnection};
 
 /// How long the listener blocks in one read before it looks at orders and shutdown without
 /// being woken; it bounds how late an unsubscribe or a shutdown without Redis can be.
@@ -441,7 +441,7 @@ impl<'a> Listener<'a> {
         conn.send(command, channel)
     }
 
-    /// RESP2 only: a value the server sent was skipped (see `crate::pubsub_connection`). A
+    /// RESP2 only: a value the server sent was skipped (see `crate::topology::pubsub_connection`). A
     /// release may have gone unheard, so every waiter of this listener looks again; and a
     /// confirmation may have been lost, so the unconfirmed subscriptions are sent again
     /// (a second confirmation of one is ignored).
@@ -686,7 +686,7 @@ impl<'a> Listener<'a> {
 }
 
 /// The wait number that a release which granted a lock published on its unlock channel
-/// (docs/DESIGN.md, "Grants"): a number of 2 or more, where Redisson's messages are `0` and
+/// (docs/design/engine.md, "Grants"): a number of 2 or more, where Redisson's messages are `0` and
 /// `1` (and Redisson ignores other numbers).
 fn grant_number(channel: &str, payload: &[u8]) -> Option<u64> {
     if ChannelKind::of(channel) != ChannelKind::Unlock {

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::lock::Lock;
+use crate::kinds::lock::Lock;
 
 /// The most workers a process starts.
 const MAX_WORKERS: usize = 16;

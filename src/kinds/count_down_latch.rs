@@ -1,7 +1,7 @@
 //! [`CountDownLatch`]: Redisson's `RCountDownLatch`, a count that threads and processes
 //! wait on until it reaches zero.
 //!
-//! On the wire (docs/DESIGN.md, "Semaphores and count-down latches"): the key is the name
+//! On the wire (docs/design/wire-format.md, "Semaphore (RSemaphore)"): the key is the name
 //! itself and holds the count as a decimal string, with no TTL; the key is deleted when the
 //! count reaches zero, so "no key" and "zero" are the same. On
 //! `redisson_countdownlatch__channel__{name}` (always braces), `0` announces that the count
@@ -12,12 +12,12 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::counting::{deadline_after, wait_on_channel};
+use crate::engine::options::WaitOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kinds::counting::{deadline_after, wait_on_channel};
 use crate::names::{check_name, count_down_latch_channel, shown};
-use crate::options::WaitOptions;
-use crate::scripts::Script;
+use crate::store::scripts::Script;
 use crate::store::Op;
 
 /// Published when the count reaches zero: every waiter may go (Redisson's message).

@@ -1,6 +1,6 @@
 //! The watchdog: one thread per manager that renews the leases of held locks.
 //!
-//! It asks the hold registry ([`crate::holds`]) for the holds due, renews them all in one
+//! It asks the hold registry ([`crate::engine::holds`]) for the holds due, renews them all in one
 //! pipelined round trip (100 keys per script call), and tells the registry what it found.
 //! Between sweeps it sleeps on the registry's condition variable until the next renewal is due
 //! or a lease runs out, and sleeps without a timeout when nothing is held.
@@ -9,8 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::engine::holds::{Holds, Sweep};
 use crate::fork::Origin;
-use crate::holds::{Holds, Sweep};
 use crate::owner::owner_field;
 use crate::store::LockStore;
 use crate::threads;

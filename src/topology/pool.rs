@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 // The store names it through the pool, with the other connection helpers it uses.
 pub(crate) use crate::error::is_interrupted;
 use crate::fork::Origin;
-use crate::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
+use crate::topology::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
 pub(crate) struct Pool {
     client: Client,
@@ -177,7 +177,7 @@ impl Pool {
     /// a lower one is only returned as `true`, for the caller to confirm. A master's replicas
     /// drop in number when one fails, and also when one is being promoted in its place:
     /// what the old master then writes reaches only replicas that will follow the new one and
-    /// drop it (docs/DESIGN.md, "Replica sync through a failover").
+    /// drop it (docs/design/deployments.md, "Replica sync through a failover").
     pub(crate) fn count_replicas(&self, replicas: usize) -> bool {
         let mut counted = self.replicas_counted.lock();
         let lower = counted.is_some() && replicas < self.replicas();
@@ -218,7 +218,7 @@ impl Pool {
     }
 
     /// Opens a connection that is not counted against the pool, for the pub/sub listener
-    /// (`crate::listener`), in the protocol `protocol` asks for: with `Auto`, RESP3 unless
+    /// (`crate::pubsub::listener`), in the protocol `protocol` asks for: with `Auto`, RESP3 unless
     /// the server refused `HELLO 3` (then, and from then on, RESP2).
     pub(crate) fn connect_listener(&self, protocol: PubSubProtocol) -> Result<PubSubConnection> {
         self.origin.check()?;

@@ -3,10 +3,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::engine::options::AcquireOptions;
 use crate::error::Result;
+use crate::kinds::lock::{Lock, LockGuard};
 use crate::limits::check_wait;
-use crate::lock::{Lock, LockGuard};
-use crate::options::AcquireOptions;
 
 /// Several [`Lock`]s, possibly of different managers (so different Redis servers), acquired
 /// as one: all of them or none (Redisson's `RedissonMultiLock`).

@@ -1,23 +1,25 @@
 //! [`LockManager`]: the handle that owns connections and background threads, and every way to
 //! get one (`new`, the builders' entry points, [`LockManagerBuilder::build`]).
 
+pub(crate) mod builder;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::LockManagerBuilder;
-use crate::count_down_latch::CountDownLatch;
-use crate::endpoints::Endpoints;
+use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::fair_lock::FairLock;
-use crate::lock::{Lock, LockGuard};
-use crate::options::AcquireOptions;
-use crate::permit_expirable_semaphore::PermitExpirableSemaphore;
-use crate::read_write_lock::ReadWriteLock;
-use crate::semaphore::Semaphore;
-use crate::spin_lock::SpinLock;
+use crate::kinds::count_down_latch::CountDownLatch;
+use crate::kinds::fair_lock::FairLock;
+use crate::kinds::lock::{Lock, LockGuard};
+use crate::kinds::permit_expirable_semaphore::PermitExpirableSemaphore;
+use crate::kinds::read_write_lock::ReadWriteLock;
+use crate::kinds::semaphore::Semaphore;
+use crate::kinds::spin_lock::SpinLock;
+use crate::manager::builder::LockManagerBuilder;
 use crate::stats::Stats;
+use crate::topology::endpoints::Endpoints;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
 /// locks.

@@ -1,5 +1,5 @@
 //! The pub/sub side of waiting: the registry of local waiters per channel, shared by every
-//! waiting thread, and the listeners that hear releases for them ([`crate::listener`]): one
+//! waiting thread, and the listeners that hear releases for them ([`crate::pubsub::listener`]): one
 //! listener connection and thread per master (one on a single server or with Sentinel).
 //!
 //! A thread that finds a lock taken registers on the lock's unlock channel; the first waiter
@@ -28,8 +28,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::Waker;
 use crate::fork::Origin;
-use crate::listener::{self, Order};
 use crate::names::ChannelKind;
+use crate::pubsub::listener::{self, Order};
 use crate::stop::{Stop, Wakes};
 use crate::store::LockStore;
 use crate::threads;
@@ -54,7 +54,7 @@ struct WaitState {
     waiters: usize,
     permits: usize,
     subscribed: bool,
-    /// The wait numbers the local waiters registered with (docs/DESIGN.md, "Grants"): a
+    /// The wait numbers the local waiters registered with (docs/design/engine.md, "Grants"): a
     /// grant to any other number is another client's business, and wakes nobody here.
     expected: Vec<u64>,
     /// Those of them that a release has granted the lock to, until their waiter takes it.
@@ -110,7 +110,7 @@ impl Waiters {
         }
     }
 
-    /// A release granted the lock to the wait numbered `number` (docs/DESIGN.md, "Grants").
+    /// A release granted the lock to the wait numbered `number` (docs/design/engine.md, "Grants").
     /// When it is a local waiter's, all look and that one takes it
     /// ([`Subscription::take_grant`]); a grant to another client's waiter wakes nobody (the
     /// lock is held again, by that waiter). Whether it was a local waiter's.
@@ -152,7 +152,7 @@ pub(crate) struct Shared {
     /// its subscribers: each listener counts a channel from when it sends the SUBSCRIBE (the
     /// server may run it before the confirmation is read) until its UNSUBSCRIBE is confirmed,
     /// or a response timeout has passed without a confirmation, or its connection is gone;
-    /// each adds and removes only its own count (`crate::listener`). A release subtracts this
+    /// each adds and removes only its own count (`crate::pubsub::listener`). A release subtracts this
     /// client's own listener from the count of those who heard its unlock. In the moments
     /// either side of a subscription the server may already, or still, lack it, and the
     /// release then hands over locally where it could have yielded, which passes a remote
@@ -461,7 +461,7 @@ impl Subscriber {
 
     /// The control channel of the listener that serves `channel` (see [`Shared::master_of`]),
     /// if it runs: a registered waiter names it, so that a release can tell that the waiter's
-    /// manager still listens (docs/DESIGN.md, "Grants").
+    /// manager still listens (docs/design/engine.md, "Grants").
     pub(crate) fn control_channel_of(&self, channel: &str) -> Option<String> {
         let addr = self.shared.master_of(channel)?;
         let listeners = self.shared.listeners.lock();
@@ -608,7 +608,7 @@ impl Subscription {
     }
 
     /// From now on a grant to the wait numbered `number` wakes this waiter: called before
-    /// the wait's first registration is sent (docs/DESIGN.md, "Grants").
+    /// the wait's first registration is sent (docs/design/engine.md, "Grants").
     pub(crate) fn expect_grant(&self, number: u64) {
         let mut state = self.waiters.state.lock();
         state.expected.push(number);

@@ -1,7 +1,7 @@
 //! [`PermitExpirableSemaphore`]: Redisson's `RPermitExpirableSemaphore`, a semaphore whose
 //! permits each have an id and, if asked, a lease after which they come back by themselves.
 //!
-//! On the wire (docs/DESIGN.md, "Permit-expirable semaphore"): the key is the name itself and
+//! On the wire (docs/design/wire-format.md, "Permit-expirable semaphore (RPermitExpirableSemaphore)"): the key is the name itself and
 //! holds the number of free permits as a decimal string, as a plain semaphore's does. Every
 //! acquired permit is a member of the sorted set `{name}:timeout` (Redisson's `suffixName`:
 //! `name:timeout` when the name has a `{`): its id as 16 raw bytes, scored by the end of its
@@ -15,12 +15,12 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::counting::{deadline_after, wait_on_channel_or_timer, Look};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kinds::counting::{deadline_after, wait_on_channel_or_timer, Look};
+use crate::kinds::semaphore::Semaphore;
 use crate::names::{check_cluster_name, check_name, permit_timeout_key, semaphore_channel};
-use crate::scripts::Script;
-use crate::semaphore::Semaphore;
+use crate::store::scripts::Script;
 use crate::store::Op;
 
 /// The score of a permit without a lease: Redisson's `nonExpirableTimeout` (about 29,000 years
@@ -425,7 +425,7 @@ impl PermitExpirableSemaphore {
         engine: &Engine,
         operation: Op,
         script: &Script,
-        more: impl FnOnce(&mut crate::scripts::ScriptInvocation<'_>),
+        more: impl FnOnce(&mut crate::store::scripts::ScriptInvocation<'_>),
     ) -> Result<T> {
         let store = engine.store();
         let mut invocation = script.prepare_invoke();

@@ -1,7 +1,7 @@
 //! [`Semaphore`]: Redisson's `RSemaphore`, a counted set of permits shared by every client,
 //! and [`SemaphorePermits`], permits that go back when dropped.
 //!
-//! On the wire (docs/DESIGN.md, "Semaphores and count-down latches"): the key is the name
+//! On the wire (docs/design/wire-format.md, "Semaphore (RSemaphore)"): the key is the name
 //! itself and holds the number of free permits as a decimal string, with no TTL. Every
 //! change that adds permits publishes the new number of free permits on `redisson_sc:{name}`
 //! (brace rule), and a waiter of Redisson's, or of this crate's, wakes up to that many
@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use crate::attempt_id::AttemptId;
 use crate::cancel::CancelToken;
-use crate::counting::{deadline_after, wait_on_channel};
+use crate::engine::options::WaitOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kinds::counting::{deadline_after, wait_on_channel};
 use crate::names::{attempt_marker, check_name, semaphore_channel};
-use crate::options::WaitOptions;
-use crate::scripts::{attempt_script, Script};
 use crate::stop::Stop;
+use crate::store::scripts::{attempt_script, Script};
 use crate::store::Op;
 
 /// `KEYS[1]` the semaphore, `KEYS[2]` its channel. `ARGV[1]` permits, `ARGV[2]` publish

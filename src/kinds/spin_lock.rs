@@ -8,18 +8,18 @@
 //! Redisson's default back-off (`LockOptions.ExponentialBackOff`: 1 ms, doubled plus a little
 //! jitter, at most 128 ms; `crate::backoff::SpinBackoff`), so a release is found within about
 //! 128 ms whoever made it. Redisson offers it for large clusters, where every lock's channel
-//! costs every node; docs/DESIGN.md ("Spin lock", under "On the wire") has the wire format.
+//! costs every node; docs/design/wire-format.md ("Spin lock (RSpinLock)", under "On the wire") has the wire format.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock, LockGuard};
+use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
-use crate::options::AcquireOptions;
-use crate::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
+use crate::store::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
 use crate::store::{Attempt, Listeners, LockStore, Op, Release};
 
 /// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock

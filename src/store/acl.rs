@@ -13,8 +13,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::names::{self, LockKeys};
-use crate::pool::Pool;
 use crate::store::LockStore;
+use crate::topology::pool::Pool;
 
 /// How to grant what the locks need, for the error message.
 const GRANT: &str = "grant the rights with `ACL SETUSER <user> +publish +subscribe \

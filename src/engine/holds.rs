@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{lease_deadline, BootInstant};
-use crate::kind::LockKind;
+use crate::engine::kind::LockKind;
 use crate::names::LockKeys;
 use crate::stats::Counters;
 
@@ -498,7 +498,7 @@ fn boot_to_instant(deadline: BootInstant) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kind::REENTRANT;
+    use crate::engine::kind::REENTRANT;
 
     #[test]
     fn a_sweep_answer_is_not_applied_to_a_newer_hold_of_the_same_thread() {

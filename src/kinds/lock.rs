@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::kind::{LockKind, REENTRANT};
+use crate::engine::options::{AcquireOptions, Lease};
 use crate::engine::{Engine, Held};
 use crate::error::Result;
-use crate::kind::{LockKind, REENTRANT};
 use crate::names::LockKeys;
-use crate::options::{AcquireOptions, Lease};
 use crate::store::{Listeners, Op};
 
 /// A handle on one named lock. Cheap to create

@@ -7,20 +7,20 @@
 //! `{name}:<owner>:rwlock_timeout:<n>` with that hold's lease, from which a read release
 //! recomputes the hash's TTL when other holds remain. Releases are announced on
 //! `redisson_rwlock:{name}`: a read release publishes `0` (wake one waiter), a write release
-//! `1` (wake them all). docs/DESIGN.md ("Read-write lock", under
+//! `1` (wake them all). docs/design/wire-format.md ("Read-write lock (RReadWriteLock)", under
 //! "On the wire") has the wire format.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::fair_lock::parse_attempt;
-use crate::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
-use crate::lock::{acquire_shorthands, Lock, LockGuard};
+use crate::kinds::fair_lock::parse_attempt;
+use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
-use crate::options::AcquireOptions;
-use crate::scripts::{attempt_script, latched_script, replay_lock_reply, Script};
+use crate::store::scripts::{attempt_script, latched_script, replay_lock_reply, Script};
 
 /// Lua, the start of both acquires: `mode` is the lock's mode, and a key of the name that is
 /// not a read-write lock is refused with WRONGTYPE and left untouched (a string or a list by

@@ -1,6 +1,6 @@
 //! The Lua scripts that change lock state atomically on the server.
 //!
-//! Each one has the effect docs/DESIGN.md describes for Redisson's scripts, so a Java
+//! Each one has the effect docs/design/README.md describes for Redisson's scripts, so a Java
 //! client and this crate can share a lock; the code is our own. Every script, the lock kinds'
 //! too, is sent through [`Script`]: by EVALSHA, and loaded again when the server answers
 //! NOSCRIPT (after a restart or `SCRIPT FLUSH`).
@@ -129,7 +129,7 @@ macro_rules! holder_pttl {
         concat!(
             "\nlocal pttl = redis.call('pttl', KEYS[1])\n",
             "if pttl == -1 and not_a_lock(KEYS[1]) then\n    ",
-            $crate::scripts::refuse_data_hash!(),
+            $crate::store::scripts::refuse_data_hash!(),
             "\nend\n"
         )
     };
@@ -196,7 +196,7 @@ end
 /// second hold), else the holder's PTTL, after registering the caller (with a wait number) in
 /// the waiters hash, or refreshing its registration. A hash without TTL whose fields are not
 /// hold counts is somebody's data, not a lock held forever: refused with WRONGTYPE (a waiter
-/// would wait for it without end). docs/DESIGN.md ("Grants") describes the waiters hash.
+/// would wait for it without end). docs/design/engine.md ("Grants") describes the waiters hash.
 pub const ACQUIRE: &str = attempt_script!(
     marker = 2,
     id = 3,
@@ -379,7 +379,7 @@ end"#,
 ///
 /// On the last hold, the lock goes to the first registered waiter of another client when
 /// every other subscriber of the channel is such a waiter (no Redisson client, nobody else
-/// listens): the hold is written in its name, and its wait number published (docs/DESIGN.md,
+/// listens): the hold is written in its name, and its wait number published (docs/design/README.md,
 /// "Grants"). Otherwise the unlock message is published, and the lock is acquired for the next
 /// local owner unless anyone besides the client's own listener heard it; that owner's
 /// registration as a waiter, if it has one, goes. When there is a next local owner and the

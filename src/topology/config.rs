@@ -1,10 +1,10 @@
 //! [`Config`]: a manager's settings once checked, which its parts (topology, store, engine)
-//! are made with. `LockManagerBuilder` (`crate::builder`) collects and checks them.
+//! are made with. `LockManagerBuilder` (`crate::manager::builder`) collects and checks them.
 
 use std::time::Duration;
 
-use crate::pubsub_connection::PubSubProtocol;
-use crate::sharded_pubsub::ShardedPubSubMode;
+use crate::topology::pubsub_connection::PubSubProtocol;
+use crate::topology::sharded_pubsub::ShardedPubSubMode;
 
 /// Validated settings shared by everything a manager owns.
 #[derive(Debug, Clone)]

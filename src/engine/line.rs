@@ -14,7 +14,7 @@
 //! master's replicas: an acquire must then be acknowledged by one, so the successor gets the
 //! turn and acquires itself.)
 //!
-//! That handoff must never shut other processes out (docs/DESIGN.md, "Fairness"). The release
+//! That handoff must never shut other processes out (docs/design/engine.md, "Yields"). The release
 //! script publishes the unlock message and counts who heard it: when anyone besides this
 //! manager's own listener did (another process, a Redisson client), it leaves the lock free
 //! for them instead of handing it to the local successor, and the line *yields*: whoever here

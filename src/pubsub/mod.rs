@@ -1,0 +1,5 @@
+//! Hearing releases: the waiters' subscriptions per channel ([`subscriber`]) and the listener
+//! threads, one per master, that hold the pub/sub connections ([`listener`]).
+
+pub(crate) mod listener;
+pub(crate) mod subscriber;
