@@ -257,19 +257,23 @@ impl Op {
             | Op::Renew
             | Op::SemaphoreAcquire
             | Op::SemaphoreAvailablePermits
-            | Op::LatchCount => Policy::IDEMPOTENT,
-            Op::SemaphoreRelease | Op::LatchCountDown => Policy::ONCE,
-            Op::ForceUnlock
             | Op::CurrentToken
-            | Op::SemaphoreTrySetPermits
+            | Op::PermitSemaphoreLeases
+            | Op::LatchCount => Policy::IDEMPOTENT,
+            // Run twice, these count twice (permits added, a count down) or answer wrongly (a
+            // permit released, then "not acquired"): their callers are told that the outcome
+            // is unknown instead, as their docs say.
+            Op::SemaphoreRelease
             | Op::SemaphoreAddPermits
+            | Op::PermitSemaphoreRelease
+            | Op::PermitSemaphoreAddPermits
+            | Op::LatchCountDown => Policy::ONCE,
+            Op::ForceUnlock
+            | Op::SemaphoreTrySetPermits
             | Op::SemaphoreDrainPermits
             | Op::PermitSemaphoreAcquire
-            | Op::PermitSemaphoreRelease
             | Op::PermitSemaphoreUpdateLease
-            | Op::PermitSemaphoreLeases
             | Op::PermitSemaphoreSetPermits
-            | Op::PermitSemaphoreAddPermits
             | Op::PermitSemaphoreCounts
             | Op::LatchTrySetCount => Policy::MOST_LIKELY_ONCE,
         }
@@ -331,21 +335,21 @@ mod tests {
         (Op::HoldCount, true, true, false),
         (Op::IsHeldBy, true, true, false),
         (Op::RemainingTtl, true, true, false),
-        (Op::CurrentToken, true, false, false),
+        (Op::CurrentToken, true, true, false),
         (Op::Publish, true, true, false),
         (Op::Renew, true, true, false),
         (Op::SemaphoreTrySetPermits, true, false, false),
         (Op::SemaphoreAcquire, true, true, false),
         (Op::SemaphoreRelease, false, false, false),
-        (Op::SemaphoreAddPermits, true, false, false),
+        (Op::SemaphoreAddPermits, false, false, false),
         (Op::SemaphoreDrainPermits, true, false, false),
         (Op::SemaphoreAvailablePermits, true, true, false),
         (Op::PermitSemaphoreAcquire, true, false, false),
-        (Op::PermitSemaphoreRelease, true, false, false),
+        (Op::PermitSemaphoreRelease, false, false, false),
         (Op::PermitSemaphoreUpdateLease, true, false, false),
-        (Op::PermitSemaphoreLeases, true, false, false),
+        (Op::PermitSemaphoreLeases, true, true, false),
         (Op::PermitSemaphoreSetPermits, true, false, false),
-        (Op::PermitSemaphoreAddPermits, true, false, false),
+        (Op::PermitSemaphoreAddPermits, false, false, false),
         (Op::PermitSemaphoreCounts, true, false, false),
         (Op::LatchTrySetCount, true, false, false),
         (Op::LatchCountDown, false, false, false),
