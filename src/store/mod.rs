@@ -481,7 +481,7 @@ impl LockStore {
         };
         // Interrupted: the process was stopped and continued while it waited for the reply
         // (see `pool::connect_by`); the server is fine, and the command has almost surely run.
-        let interrupted = crate::topology::pool::is_interrupted(err);
+        let interrupted = crate::error::is_interrupted(err);
         let dead = conn.reused && is_dead_connection(err);
         if !interrupted && !dead {
             return Ok((conn, result));

@@ -47,6 +47,58 @@ struct Again {
     call: Vec<usize>,
 }
 
+impl Target {
+    /// `call`, to send again to this target.
+    fn again(&self, call: Vec<usize>) -> Again {
+        Again {
+            pool: Arc::clone(&self.pool),
+            asking: self.asking,
+            call,
+        }
+    }
+}
+
+/// A call's replies, one per entry. A reply that does not match the request must not mark
+/// holds lost: it is sent again.
+fn record_renewed(target: &Target, call: &[usize], flags: &[i64], renewed: &mut [Option<bool>]) {
+    if flags.len() != call.len() {
+        log::warn!(
+            "lock renewal at {}: {} replies for {} locks; retrying",
+            target.pool.addr(),
+            flags.len(),
+            call.len()
+        );
+        return;
+    }
+    for (&i, &flag) in call.iter().zip(flags) {
+        renewed[i] = Some(flag == 1);
+    }
+}
+
+/// A call refused across slots, sent again as one call per slot; the node is renewed so
+/// from now on.
+fn split_by_slot(
+    target: &Target,
+    err: &RedisError,
+    calls: Vec<Vec<usize>>,
+    again: &mut Vec<Again>,
+) {
+    if !target.pool.splits_by_slot_from_now() {
+        log::info!(
+            "lock renewal at {}: calls across slots are refused ({err}); renewing one slot per \
+             call there",
+            target.pool.addr()
+        );
+    }
+    again.extend(calls.into_iter().map(|call| target.again(call)));
+}
+
+/// Counts a refused call's locks (the first refusal is the one reported).
+fn count_refused(refused: &mut Option<(usize, RedisError)>, call: &[usize], err: RedisError) {
+    let (count, _) = refused.get_or_insert((0, err));
+    *count += call.len();
+}
+
 /// What became of one call of a pipeline.
 enum CallOutcome {
     /// Per entry, 1 when the hold was there and renewed.
@@ -381,76 +433,24 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
         let mut no_script = Vec::new();
         for (call, outcome) in target.calls.iter().zip(outcomes) {
             match outcome {
-                CallOutcome::Renewed(flags) if flags.len() == call.len() => {
-                    for (&i, flag) in call.iter().zip(flags) {
-                        renewed[i] = Some(flag == 1);
-                    }
-                }
-                CallOutcome::Renewed(flags) => {
-                    // A reply that does not match the request must not mark holds lost.
-                    log::warn!(
-                        "lock renewal at {}: {} replies for {} locks; retrying",
-                        target.pool.addr(),
-                        flags.len(),
-                        call.len()
-                    );
-                }
-                CallOutcome::Redirected(addr, ask) => {
-                    if !ask {
-                        self.refresh.set(true);
-                    }
-                    match self.store.topology.node(&addr) {
-                        Ok(pool) => again.push(Again {
-                            pool,
-                            asking: ask,
-                            call: call.clone(),
-                        }),
-                        Err(err) => log::warn!("lock renewal: redirected to {addr}: {err}"),
-                    }
-                }
+                CallOutcome::Renewed(flags) => record_renewed(target, call, &flags, renewed),
+                CallOutcome::Redirected(addr, ask) => self.redirected(&addr, ask, call, again),
                 CallOutcome::NoScript => no_script.push(call.clone()),
                 CallOutcome::NotLocal => {
                     if self.store.topology.follows_failovers() {
                         self.refresh.set(true);
                     }
-                    again.push(Again {
-                        pool: Arc::clone(&target.pool),
-                        asking: target.asking,
-                        call: call.clone(),
-                    });
+                    again.push(target.again(call.clone()));
                 }
                 CallOutcome::CrossSlot(err) => match self.by_slot(call) {
-                    Some(calls) => {
-                        if !target.pool.splits_by_slot_from_now() {
-                            log::info!(
-                                "lock renewal at {}: calls across slots are refused ({err}); \
-                                 renewing one slot per call there",
-                                target.pool.addr()
-                            );
-                        }
-                        again.extend(calls.into_iter().map(|call| Again {
-                            pool: Arc::clone(&target.pool),
-                            asking: target.asking,
-                            call,
-                        }));
-                    }
-                    None => {
-                        let (count, _) = refused.get_or_insert((0, err));
-                        *count += call.len();
-                    }
+                    Some(calls) => split_by_slot(target, &err, calls, again),
+                    None => count_refused(&mut refused, call, err),
                 },
-                CallOutcome::Refused(err) => {
-                    let (count, _) = refused.get_or_insert((0, err));
-                    *count += call.len();
-                }
+                CallOutcome::Refused(err) => count_refused(&mut refused, call, err),
             }
         }
         if !no_script.is_empty() && self.load_script(target, conn) {
-            again.extend(no_script.into_iter().map(|call| Again {
-                pool: Arc::clone(&target.pool),
-                asking: target.asking,
-                call,
-            }));
+            again.extend(no_script.into_iter().map(|call| target.again(call)));
         }
         if let Some((count, err)) = refused {
             if self.store.topology.follows_failovers() && means_moving(&err) {
@@ -460,6 +460,21 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                 "lock renewal of {count} locks at {} refused: {err}; retrying",
                 target.pool.addr()
             );
+        }
+    }
+
+    /// A call the node at `addr` serves (MOVED), or is importing (ASK): sent there.
+    fn redirected(&self, addr: &str, ask: bool, call: &[usize], again: &mut Vec<Again>) {
+        if !ask {
+            self.refresh.set(true);
+        }
+        match self.store.topology.node(addr) {
+            Ok(pool) => again.push(Again {
+                pool,
+                asking: ask,
+                call: call.to_vec(),
+            }),
+            Err(err) => log::warn!("lock renewal: redirected to {addr}: {err}"),
         }
     }
 

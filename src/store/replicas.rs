@@ -146,7 +146,7 @@ impl LockStore {
                 // after it: one millisecond more is all it needs to count the acknowledgements
                 // of this connection's last write again, so the call keeps its time. redis-rs
                 // skips the first WAIT's reply when it comes.
-                Err(err) if crate::topology::pool::is_interrupted(&err) => {
+                Err(err) if crate::error::is_interrupted(&err) => {
                     log::debug!("waiting for WAIT's reply was interrupted ({err}); asking again");
                     self.counters.sent(1);
                     wait(1).query(&mut **conn)?

@@ -192,41 +192,46 @@ pub(crate) struct Topology {
     sentinels_without_auth: Mutex<HashSet<String>>,
 }
 
+/// How the masters of `endpoints` are found, and the connection settings every node's
+/// connection starts from (the first URL's).
+fn discovery_of(endpoints: &Endpoints) -> Result<(Discovery, ConnectionInfo)> {
+    let parse_all = |urls: &[String]| {
+        urls.iter()
+            .map(|url| parse_url(url))
+            .collect::<Result<Vec<_>>>()
+    };
+    match endpoints {
+        Endpoints::Server(url) => Ok((Discovery::Server, parse_url(url)?)),
+        Endpoints::Sentinel {
+            sentinels,
+            master_name,
+        } => {
+            let sentinels = parse_all(sentinels)?;
+            let template = sentinels[0].clone();
+            let discovery = Discovery::Sentinel {
+                sentinels,
+                master_name: master_name.clone(),
+            };
+            Ok((discovery, template))
+        }
+        Endpoints::Cluster { seeds } => {
+            let seeds = parse_all(seeds)?;
+            if let Some(seed) = seeds.iter().find(|seed| seed.redis_settings().db() != 0) {
+                return Err(Error::invalid(
+                    "cluster node URL",
+                    format!("{}: a cluster has only database 0", seed.addr()),
+                ));
+            }
+            let template = seeds[0].clone();
+            Ok((Discovery::Cluster { seeds }, template))
+        }
+    }
+}
+
 impl Topology {
     /// Reads the endpoints and finds the masters (a wrong address or password fails here).
     pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
-        let (discovery, template) = match endpoints {
-            Endpoints::Server(url) => (Discovery::Server, parse_url(url)?),
-            Endpoints::Sentinel {
-                sentinels,
-                master_name,
-            } => {
-                let sentinels = sentinels
-                    .iter()
-                    .map(|url| parse_url(url))
-                    .collect::<Result<Vec<_>>>()?;
-                let template = sentinels[0].clone();
-                let discovery = Discovery::Sentinel {
-                    sentinels,
-                    master_name: master_name.clone(),
-                };
-                (discovery, template)
-            }
-            Endpoints::Cluster { seeds } => {
-                let seeds = seeds
-                    .iter()
-                    .map(|url| parse_url(url))
-                    .collect::<Result<Vec<_>>>()?;
-                if let Some(seed) = seeds.iter().find(|seed| seed.redis_settings().db() != 0) {
-                    return Err(Error::invalid(
-                        "cluster node URL",
-                        format!("{}: a cluster has only database 0", seed.addr()),
-                    ));
-                }
-                let template = seeds[0].clone();
-                (Discovery::Cluster { seeds }, template)
-            }
-        };
+        let (discovery, template) = discovery_of(endpoints)?;
         let nodes = Nodes {
             template,
             tls_root_certificate: config
@@ -237,23 +242,20 @@ impl Topology {
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
         };
+        let empty = || Map {
+            generation: 0,
+            masters: Vec::new(),
+            slots: None,
+        };
         let mut topology = Topology {
             discovery,
             nodes,
-            map: RwLock::new(Arc::new(Map {
-                generation: 0,
-                masters: Vec::new(),
-                slots: None,
-            })),
+            map: RwLock::new(Arc::new(empty())),
             refreshing: Mutex::new(Instant::now()),
             sharded_pubsub: false,
             sentinels_without_auth: Mutex::new(HashSet::new()),
         };
-        let map = topology.discover(&Map {
-            generation: 0,
-            masters: Vec::new(),
-            slots: None,
-        })?;
+        let map = topology.discover(&empty())?;
         if matches!(topology.discovery, Discovery::Cluster { .. }) {
             topology.sharded_pubsub = config
                 .sharded_pubsub
@@ -437,87 +439,95 @@ impl Topology {
     /// A new map, reusing `current`'s pools where masters stayed.
     fn discover(&self, current: &Map) -> Result<Map> {
         let generation = current.generation + 1;
-        let reuse = |info: ConnectionInfo| -> Result<Arc<Pool>> {
-            let addr = info.addr().to_string();
-            match current.masters.iter().find(|p| p.addr() == addr) {
-                Some(pool) => Ok(Arc::clone(pool)),
-                None => Ok(Arc::new(self.nodes.pool(info)?)),
-            }
-        };
-        match &self.discovery {
-            Discovery::Server => {
-                let pool = reuse(self.nodes.template.clone())?;
-                // Counted once, here (a refresh is never needed for one server); a wrong
-                // address or password fails here too.
-                let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
-                let replicas = match pool::query_again_if_interrupted::<Value>(
-                    &mut conn,
-                    &redis::cmd("ROLE"),
-                ) {
-                    Ok(role) => replicas_of_role(&role).unwrap_or(0),
-                    Err(source) if source.is_timeout() => {
-                        return Err(self.nodes.first_reply_timeout(&self.nodes.template))
-                    }
-                    Err(source) => match Error::from_command("connecting", "", source) {
-                        // A user without the right to ROLE (an ACL without @admin) can still
-                        // lock: replica sync is then off for this server.
-                        Error::Redis { source, .. } if source.code().is_some() => {
-                            log::info!("cannot count the server's replicas ({source}); acquires will not wait for replicas");
-                            0
-                        }
-                        err => return Err(err),
-                    },
-                };
-                drop(conn);
-                pool.set_replicas(replicas);
-                Ok(Map {
-                    generation,
-                    masters: vec![pool],
-                    slots: None,
-                })
-            }
+        let masters = match &self.discovery {
+            Discovery::Server => vec![self.discover_server(current)?],
             Discovery::Sentinel {
                 sentinels,
                 master_name,
             } => {
                 let (host, port, replicas) = self.ask_sentinels(sentinels, master_name)?;
-                let pool = reuse(self.nodes.at(&host, port))?;
+                let pool = self.reuse(current, self.nodes.at(&host, port))?;
                 // A lower count is kept for the replica sync to confirm (see `count_replicas`).
                 pool.count_replicas(replicas);
-                Ok(Map {
-                    generation,
-                    masters: vec![pool],
-                    slots: None,
-                })
+                vec![pool]
             }
-            Discovery::Cluster { seeds } => {
-                // Known masters first: the seeds may be long gone in a cluster that changed.
-                let mut candidates: Vec<ConnectionInfo> = current
-                    .masters
-                    .iter()
-                    .filter_map(|p| split_addr(p.addr()).map(|(h, port)| self.nodes.at(h, port)))
-                    .collect();
-                candidates.extend(seeds.iter().cloned());
-                let mut tried = Vec::new();
-                for candidate in candidates {
-                    let asked = candidate.addr().to_string();
-                    if tried.iter().any(|(addr, _)| *addr == asked) {
-                        continue; // a known master that is a seed too: one refusal says it
-                    }
-                    match self.ask_cluster(candidate) {
-                        Ok(ranges) => return self.cluster_map(generation, &asked, ranges, reuse),
-                        Err(err) => tried.push((asked, err)),
-                    }
+            Discovery::Cluster { seeds } => return self.discover_cluster(current, seeds),
+        };
+        Ok(Map {
+            generation,
+            masters,
+            slots: None,
+        })
+    }
+
+    /// The pool of the master at `info`: the current map's, if it has one there.
+    fn reuse(&self, current: &Map, info: ConnectionInfo) -> Result<Arc<Pool>> {
+        let addr = info.addr().to_string();
+        match current.masters.iter().find(|p| p.addr() == addr) {
+            Some(pool) => Ok(Arc::clone(pool)),
+            None => Ok(Arc::new(self.nodes.pool(info)?)),
+        }
+    }
+
+    /// The one server, its replicas counted once, here (a refresh is never needed for one
+    /// server); a wrong address or password fails here too.
+    fn discover_server(&self, current: &Map) -> Result<Arc<Pool>> {
+        let pool = self.reuse(current, self.nodes.template.clone())?;
+        let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
+        let replicas =
+            match pool::query_again_if_interrupted::<Value>(&mut conn, &redis::cmd("ROLE")) {
+                Ok(role) => replicas_of_role(&role).unwrap_or(0),
+                Err(source) if source.is_timeout() => {
+                    return Err(self.nodes.first_reply_timeout(&self.nodes.template))
                 }
-                if tried.is_empty() {
-                    return Err(Error::invalid("cluster node URLs", "none"));
+                Err(source) => match Error::from_command("connecting", "", source) {
+                    // A user without the right to ROLE (an ACL without @admin) can still
+                    // lock: replica sync is then off for this server.
+                    Error::Redis { source, .. } if source.code().is_some() => {
+                        log::info!(
+                            "cannot count the server's replicas ({source}); acquires will not \
+                             wait for replicas"
+                        );
+                        0
+                    }
+                    err => return Err(err),
+                },
+            };
+        drop(conn);
+        pool.set_replicas(replicas);
+        Ok(pool)
+    }
+
+    /// The slot map, from the first known master or seed that tells it. Known masters first:
+    /// the seeds may be long gone in a cluster that changed.
+    fn discover_cluster(&self, current: &Map, seeds: &[ConnectionInfo]) -> Result<Map> {
+        let mut candidates: Vec<ConnectionInfo> = current
+            .masters
+            .iter()
+            .filter_map(|p| split_addr(p.addr()).map(|(h, port)| self.nodes.at(h, port)))
+            .collect();
+        candidates.extend(seeds.iter().cloned());
+        let mut tried = Vec::new();
+        for candidate in candidates {
+            let asked = candidate.addr().to_string();
+            if tried.iter().any(|(addr, _)| *addr == asked) {
+                continue; // a known master that is a seed too: one refusal says it
+            }
+            match self.ask_cluster(candidate) {
+                Ok(ranges) => {
+                    let reuse = |info| self.reuse(current, info);
+                    return self.cluster_map(current.generation + 1, &asked, ranges, reuse);
                 }
-                Err(Error::Nodes {
-                    asked: "no cluster node told where the slots are".into(),
-                    tried,
-                })
+                Err(err) => tried.push((asked, err)),
             }
         }
+        if tried.is_empty() {
+            return Err(Error::invalid("cluster node URLs", "none"));
+        }
+        Err(Error::Nodes {
+            asked: "no cluster node told where the slots are".into(),
+            tried,
+        })
     }
 
     /// How many replicas the master behind `pool` lists in its `ROLE` (`None` when it could
@@ -617,70 +627,12 @@ impl Topology {
     ) -> Result<(String, u16, usize)> {
         let mut tried = Vec::new();
         for sentinel in sentinels {
-            let asked = (|| -> Result<(String, u16, usize)> {
-                let mut conn = self.probe_sentinel(sentinel)?;
-                let query = |conn: &mut Connection, cmd: &redis::Cmd| -> Result<Value> {
-                    pool::query_again_if_interrupted(conn, cmd).map_err(|source| Error::Redis {
-                        operation: "asking a sentinel for the master",
-                        source,
-                    })
-                };
-                let mut cmd = redis::cmd("SENTINEL");
-                cmd.arg("get-master-addr-by-name").arg(master_name);
-                let reply: Option<(String, u16)> = redis::from_redis_value(query(&mut conn, &cmd)?)
-                    .map_err(|source| Error::Redis {
-                        operation: "asking a sentinel for the master",
-                        source: source.into(),
-                    })?;
-                let (host, port) = reply.ok_or_else(|| {
-                    Error::invalid(
-                        "master name",
-                        format!(
-                            "the sentinel at {} knows no master {master_name:?}",
-                            sentinel.addr()
-                        ),
-                    )
-                })?;
-                // A sentinel may not have seen a failover yet: the master must agree. Its
-                // `ROLE` also lists the replicas connected to it, which are the ones a WAIT
-                // counts (a sentinel's own list lags behind).
-                let mut master = self
-                    .nodes
-                    .probe(self.nodes.at(&host, port))
-                    .map_err(|err| Error::at(format!("{host}:{port}"), err))?;
-                let role: Value =
-                    match pool::query_again_if_interrupted(&mut master, &redis::cmd("ROLE")) {
-                        Ok(role) => role,
-                        // A user without the right to ROLE (an ACL without @admin) takes the
-                        // sentinel's word: replica sync is then off for this master.
-                        Err(source) if source.code() == Some("NOPERM") => {
-                            log::info!(
-                                "cannot check the master's role at {host}:{port} ({source}); \
-                             taking the sentinel's word, and acquires will not wait for replicas"
-                            );
-                            return Ok((host, port, 0));
-                        }
-                        Err(source) => {
-                            return Err(Error::Redis {
-                                operation: "checking the master's role",
-                                source,
-                            })
-                        }
-                    };
-                match role {
-                    Value::Array(_) if replicas_of_role(&role).is_some() => {
-                        Ok((host, port, replicas_of_role(&role).unwrap_or(0)))
-                    }
-                    _ => Err(Error::Redis {
-                        operation: "checking the master's role",
-                        source: redis::RedisError::from((
-                            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
-                            "the node the sentinel named is not a master (yet)",
-                            format!("{host}:{port}"),
-                        )),
-                    }),
-                }
-            })();
+            let asked = self
+                .master_named_by(sentinel, master_name)
+                .and_then(|(host, port)| {
+                    let replicas = self.check_master(&host, port)?;
+                    Ok((host, port, replicas))
+                });
             match asked {
                 Ok(found) => return Ok(found),
                 Err(err) => {
@@ -695,6 +647,71 @@ impl Topology {
         Err(Error::Nodes {
             asked: format!("no sentinel named a master {master_name:?} that answered"),
             tried,
+        })
+    }
+
+    /// The address `sentinel` gives for the master named `master_name`.
+    fn master_named_by(
+        &self,
+        sentinel: &ConnectionInfo,
+        master_name: &str,
+    ) -> Result<(String, u16)> {
+        let mut conn = self.probe_sentinel(sentinel)?;
+        let asking = |source| Error::Redis {
+            operation: "asking a sentinel for the master",
+            source,
+        };
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("get-master-addr-by-name").arg(master_name);
+        let reply = pool::query_again_if_interrupted(&mut conn, &cmd).map_err(asking)?;
+        let reply: Option<(String, u16)> =
+            redis::from_redis_value(reply).map_err(|source| asking(source.into()))?;
+        reply.ok_or_else(|| {
+            Error::invalid(
+                "master name",
+                format!(
+                    "the sentinel at {} knows no master {master_name:?}",
+                    sentinel.addr()
+                ),
+            )
+        })
+    }
+
+    /// How many replicas the master a sentinel named has connected. A sentinel may not have
+    /// seen a failover yet: the master must agree. Its `ROLE` also lists the replicas
+    /// connected to it, which are the ones a WAIT counts (a sentinel's own list lags behind).
+    fn check_master(&self, host: &str, port: u16) -> Result<usize> {
+        let checking = |source| Error::Redis {
+            operation: "checking the master's role",
+            source,
+        };
+        let mut master = self
+            .nodes
+            .probe(self.nodes.at(host, port))
+            .map_err(|err| Error::at(format!("{host}:{port}"), err))?;
+        let role: Value = match pool::query_again_if_interrupted(&mut master, &redis::cmd("ROLE")) {
+            Ok(role) => role,
+            // A user without the right to ROLE (an ACL without @admin) takes the sentinel's
+            // word: replica sync is then off for this master.
+            Err(source) if source.code() == Some("NOPERM") => {
+                log::info!(
+                    "cannot check the master's role at {host}:{port} ({source}); taking the \
+                     sentinel's word, and acquires will not wait for replicas"
+                );
+                return Ok(0);
+            }
+            Err(source) => return Err(checking(source)),
+        };
+        match role {
+            Value::Array(_) => replicas_of_role(&role),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            checking(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "the node the sentinel named is not a master (yet)",
+                format!("{host}:{port}"),
+            )))
         })
     }
 

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::{Client, Connection, RedisResult};
 
-use crate::error::{Error, Result};
-// The store names it through the pool, with the other connection helpers it uses.
-pub(crate) use crate::error::is_interrupted;
+use crate::error::{is_interrupted, Error, Result};
 use crate::fork::Origin;
 use crate::topology::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
