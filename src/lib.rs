@@ -119,8 +119,8 @@
 //! None has the local line described below: the fair lock's queue orders local threads too,
 //! shared holds cannot take turns, and a spin lock's release has no message whose listeners
 //! it could count (so a handoff could keep other processes' pollers out): each handoff between
-//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/design/README.md` ("Fair
-//! lock", "Spin lock" and "Read-write lock" under "On the wire") have their keys, scripts and
+//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/design/wire-format.md` ("Fair
+//! lock", "Spin lock" and "Read-write lock") has their keys, scripts and
 //! what differs from Redisson.
 //!
 //! # Ownership and reentrancy
@@ -155,7 +155,7 @@
 //! holding the lock, without a request of its own, and busy processes take the lock in turns.
 //! Fenced acquires do not wait for grants, nor do acquires with replica sync on a master
 //! that has replicas (the default there), nor any on a cluster without sharded pub/sub.
-//! `docs/design/README.md` has the rules ("Fairness", "Grants"), `BENCHMARKS.md` the figures (W2, W3
+//! `docs/design/engine.md` has the rules ("Yields", "Grants"), `BENCHMARKS.md` the figures (W2, W3
 //! and W6), and [`LockManager::stats`] counts what a manager sends and sees.
 //!
 //! # Leases and the watchdog
@@ -293,7 +293,7 @@
 //! Their waiters sleep on the manager's one pub/sub connection like a lock's, woken by the
 //! release (or reached-zero) message, and look again at least once a second. A key lost to a
 //! restart without persistence reads as a semaphore without permits and an open latch, as in
-//! Redisson. `docs/design/README.md` describes the wire format.
+//! Redisson. `docs/design/wire-format.md` describes the wire format.
 //!
 //! # Statistics and metrics
 //!

@@ -1,7 +1,7 @@
 //! Semaphores (Redisson's `RSemaphore`) against a real redis-server: permits are never
 //! over-granted, waits end at a release or time out, permits have no owner, guards give them
 //! back, bad input and foreign keys are refused, a Redisson-style client (raw commands, as
-//! docs/design/README.md describes its semaphore) and this crate wake each other, and a restart.
+//! docs/design/wire-format.md describes its semaphore) and this crate wake each other, and a restart.
 
 mod support;
 

@@ -138,8 +138,9 @@ pub(crate) enum Entry {
     /// patience ran out (`sent: None`). It holds the lock and the turn.
     Acquired { sent: Option<BootInstant> },
     /// The releasing thread asked for the lock in its name by a request sent at `sent`, but
-    /// never learned whether that ran (replies lost): it may hold the lock, and must look
-    /// before it attempts (an attempt would re-enter, and take a second hold).
+    /// never learned whether that ran (replies lost): it may hold the lock. A queued thread
+    /// reads its hold count (its hold then counts from `sent`); a parked one just attempts,
+    /// which, as a fresh attempt, finds the hold without counting a second one.
     Unconfirmed { sent: BootInstant },
 }
 

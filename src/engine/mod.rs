@@ -95,7 +95,7 @@ impl Engine {
         let client_id = uuid::Uuid::new_v4().to_string();
         let store = Arc::new(LockStore::connect(endpoints, &config)?);
         // Without channel rights every unlock would go unheard: refuse now, not at the first
-        // release (docs/design/README.md).
+        // release (docs/design/threads.md, "Starting a manager").
         crate::store::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
         let timeout = Duration::from_millis(config.watchdog_timeout_ms);
         let line = Arc::new(Line::new(config.renewal_period()));

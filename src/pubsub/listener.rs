@@ -26,7 +26,7 @@ use crossbeam_channel::Receiver;
 use redis::{PushKind, RedisResult, ServerError, Value};
 
 use crate::names::ChannelKind;
-use crate::pubsub::subscriber::{Shared, Wake};
+use crate::pubsub::registry::{Order, Shared, Wake};
 use crate::topology::pubsub_connection::{Heard, PubSubConnection};
 
 /// How long the listener blocks in one read before it looks at orders and shutdown without
@@ -38,15 +38,6 @@ const CHECK_AFTER: Duration = Duration::from_secs(5);
 /// Reconnect delays grow from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// What a waiting thread (or the subscriber) asks of a listener.
-pub(crate) enum Order {
-    Subscribe(String),
-    Unsubscribe(String),
-    /// The masters changed: drop the channels that are no longer this listener's (the
-    /// subscriber sends them to their new listeners).
-    Resync,
-}
 
 /// The listener thread for the master at `addr`: connect, serve until the connection fails,
 /// reconnect with backoff; ends at shutdown, or when `addr` is no longer a master (its

@@ -2,4 +2,5 @@
 //! threads, one per master, that hold the pub/sub connections ([`listener`]).
 
 pub(crate) mod listener;
+mod registry;
 pub(crate) mod subscriber;

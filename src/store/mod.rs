@@ -5,7 +5,7 @@
 //! names, or the slot's master in a cluster), follows MOVED and ASK redirections, and finds
 //! the master again after a failover; a command is sent again where it did not run, where
 //! running it twice changes nothing (an acquire carries its attempt id, a release its latch),
-//! and after a pooled connection died, where it most likely did not run (docs/design/README.md,
+//! and after a pooled connection died, where it most likely did not run (docs/design/deployments.md,
 //! "Never twice blindly"); a timeout never is. With replica sync on, acquires and releases
 //! wait for a replica's acknowledgement (`WAIT`) on the connection that made them.
 //!

@@ -186,7 +186,7 @@ impl LockStore {
     }
 
     /// Whether a write that `acked` of the master's replicas acknowledged, fewer than it
-    /// had, is safe, with `connected` replicas connected to it now (docs/design/README.md,
+    /// had, is safe, with `connected` replicas connected to it now (docs/design/deployments.md,
     /// "Replica sync through a failover"). A replica being promoted leaves the old master
     /// first, and the others follow the new master soon after, dropping what the old one
     /// wrote meanwhile: so on Sentinel, a shortfall counts only when the sentinels say that

@@ -169,7 +169,7 @@ pub(crate) struct Policy {
     /// setting of a count, whose repeat answers "already set" or sets it again after others
     /// changed it.
     pub(crate) after_interrupt: bool,
-    /// Waits for the replicas' acknowledgement when replica sync is on (docs/design/README.md,
+    /// Waits for the replicas' acknowledgement when replica sync is on (docs/design/deployments.md,
     /// "Replica acknowledgement"): acquires and releases of every lock kind.
     pub(crate) replicated: bool,
 }

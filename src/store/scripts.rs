@@ -1,6 +1,6 @@
 //! The Lua scripts that change lock state atomically on the server.
 //!
-//! Each one has the effect docs/design/README.md describes for Redisson's scripts, so a Java
+//! Each one has the effect docs/design/wire-format.md describes for Redisson's scripts, so a Java
 //! client and this crate can share a lock; the code is our own. Every script, the lock kinds'
 //! too, is sent through [`Script`]: by EVALSHA, and loaded again when the server answers
 //! NOSCRIPT (after a restart or `SCRIPT FLUSH`).
@@ -379,7 +379,7 @@ end"#,
 ///
 /// On the last hold, the lock goes to the first registered waiter of another client when
 /// every other subscriber of the channel is such a waiter (no Redisson client, nobody else
-/// listens): the hold is written in its name, and its wait number published (docs/design/README.md,
+/// listens): the hold is written in its name, and its wait number published (docs/design/engine.md,
 /// "Grants"). Otherwise the unlock message is published, and the lock is acquired for the next
 /// local owner unless anyone besides the client's own listener heard it; that owner's
 /// registration as a waiter, if it has one, goes. When there is a next local owner and the
