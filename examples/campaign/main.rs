@@ -69,7 +69,12 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
         eprintln!("no row matches {only:?}");
         return ExitCode::from(2);
     }
-    let netns = if rows.iter().any(|&(_, f)| f == Fault::ClientPartition) {
+    let partitions = [
+        Fault::ClientPartition,
+        Fault::NodePartition,
+        Fault::MinorityPartition,
+    ];
+    let netns = if rows.iter().any(|(_, f)| partitions.contains(f)) {
         netns::Netns::create()
             .map_err(|e| eprintln!("no network namespace, partitions not run: {e}"))
             .ok()
