@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release --example campaign              # short mode (CI), about 3 minutes
-//! cargo run --release --example campaign -- --long    # every fault, repeated: about 18 minutes
+//! cargo run --release --example campaign -- --long    # every fault, repeated: about 27 minutes
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
 //! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```
