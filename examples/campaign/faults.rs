@@ -8,6 +8,7 @@ use super::clock::now_ns;
 use super::deployment::{Deployment, Topology};
 use super::netns::Netns;
 use super::support::cluster::RedisCluster;
+use super::support::host_of;
 use super::support::sentinel::replication_says;
 use super::worker::{FENCED, PLAIN};
 use super::workers::Workers;
@@ -29,13 +30,18 @@ pub enum Fault {
     StaleMaster,
     /// A worker process in a network namespace loses its link past its lease.
     ClientPartition,
-    /// One node cut off the network.
+    /// The locks' master, running in a network namespace, cut off everyone (clients,
+    /// replicas, sentinels, cluster peers) past the lease and until a replica is promoted,
+    /// then joined again (on a single server: cut off its clients past the lease).
     NodePartition,
+    /// [`NodePartition`](Fault::NodePartition) with worker 0 inside the namespace, next to the
+    /// cut master: a client on the minority side, which still reaches the old master.
+    MinorityPartition,
     /// The locks' slot moves to another master while workers use it.
     SlotMigration,
 }
 
-pub const ALL: [Fault; 9] = [
+pub const ALL: [Fault; 10] = [
     Fault::Restart,
     Fault::ClientStop,
     Fault::SentinelFailover,
@@ -44,6 +50,7 @@ pub const ALL: [Fault; 9] = [
     Fault::StaleMaster,
     Fault::ClientPartition,
     Fault::NodePartition,
+    Fault::MinorityPartition,
     Fault::SlotMigration,
 ];
 
@@ -58,6 +65,7 @@ impl fmt::Display for Fault {
             Fault::StaleMaster => "SIGSTOP master",
             Fault::ClientPartition => "partition client",
             Fault::NodePartition => "partition node",
+            Fault::MinorityPartition => "partition node+client",
             Fault::SlotMigration => "slot migration",
         })
     }
@@ -70,8 +78,12 @@ impl Fault {
         let sentinel = matches!(topology, Topology::Sentinel1 | Topology::Sentinel2);
         let cluster = topology == Topology::Cluster;
         match self {
-            Fault::ClientStop | Fault::StaleMaster | Fault::NodePartition => true,
-            Fault::Restart | Fault::ClientPartition => single,
+            Fault::ClientStop
+            | Fault::StaleMaster
+            | Fault::NodePartition
+            | Fault::ClientPartition => true,
+            Fault::Restart => single,
+            Fault::MinorityPartition => !single,
             Fault::SentinelFailover => sentinel,
             Fault::ClusterFailover | Fault::SlotMigration => cluster,
             Fault::KillMaster => sentinel || cluster,
@@ -79,17 +91,26 @@ impl Fault {
     }
 
     /// Whether the deployment is whole again after it, so that it can be injected again.
-    pub fn repeatable(self) -> bool {
-        self != Fault::KillMaster
+    /// After a node partition with a failover the master is no longer the node in the
+    /// namespace, so it runs once there.
+    pub fn repeatable(self, topology: Topology) -> bool {
+        let single = matches!(topology, Topology::Single | Topology::SingleAof);
+        match self {
+            Fault::KillMaster => false,
+            Fault::NodePartition => single,
+            Fault::MinorityPartition => false,
+            _ => true,
+        }
     }
 
     /// Why the fault cannot run here, if it cannot.
     pub fn not_run(self, topology: Topology, netns: Option<&Netns>) -> Option<&'static str> {
         match self {
-            Fault::ClientPartition if netns.is_none() => Some("not run (no netns)"),
-            // A node in a namespace needs the servers and sentinels to announce its veth
-            // address; tests/support starts them on 127.0.0.1 only.
-            Fault::NodePartition => Some("not run (not implemented)"),
+            Fault::ClientPartition | Fault::NodePartition | Fault::MinorityPartition
+                if netns.is_none() =>
+            {
+                Some("not run (no netns)")
+            }
             _ if !self.applies_to(topology) => Some("n/a"),
             _ => None,
         }
@@ -105,6 +126,10 @@ pub fn inject(
     past_lease: Duration,
 ) -> (u64, u64) {
     let began = now_ns();
+    if fault == Fault::MinorityPartition {
+        // Cut while the worker next to the master holds a lock there.
+        await_hold_of_worker_0(deployment, workers);
+    }
     match (fault, deployment) {
         (Fault::Restart, Deployment::Single(server, _)) => server.restart(),
         (Fault::ClientStop, deployment) => {
@@ -120,6 +145,66 @@ pub fn inject(
             std::thread::sleep(past_lease);
             ns.heal();
         }
+        (Fault::NodePartition, Deployment::Single(..)) => {
+            let ns = netns.expect("a namespace for the partition");
+            ns.cut();
+            std::thread::sleep(past_lease);
+            ns.heal();
+        }
+        (Fault::NodePartition | Fault::MinorityPartition, Deployment::Sentinel(sentinel)) => {
+            let ns = netns.expect("a namespace for the partition");
+
+            let old = sentinel.master_port();
+            assert_eq!(
+                host_of(old),
+                ns.inside_addr(),
+                "the master is the one inside"
+            );
+            let cut = now_ns();
+            ns.cut();
+            let new = sentinel.wait_for_failover(old);
+            let promoted = now_ns();
+            sleep_until(cut + past_lease.as_nanos() as u64);
+            ns.heal();
+            let healed = now_ns();
+            sentinel.wait_for_demotion(old);
+            eprintln!(
+                "  {fault}: master {old} cut off, {new} promoted {:.1} s later, link back at \
+                 {:.1} s, {old} demoted {:.1} s after that",
+                (promoted - cut) as f64 / 1e9,
+                (healed - cut) as f64 / 1e9,
+                (now_ns() - healed) as f64 / 1e9
+            );
+        }
+        (Fault::NodePartition | Fault::MinorityPartition, Deployment::Cluster(cluster)) => {
+            let ns = netns.expect("a namespace for the partition");
+            let master = cluster.master_for_slot(RedisCluster::slot_of(FENCED));
+            assert_eq!(
+                host_of(master),
+                ns.inside_addr(),
+                "the master is the one inside"
+            );
+            // Asked before the cut: the cluster helpers ask every node, the cut one too.
+            let replica = replica_now(master);
+            let cut = now_ns();
+            ns.cut();
+            let deadline = cut + 60_000_000_000;
+            while !replication_says(replica, "role:master") && now_ns() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let promoted = now_ns();
+            sleep_until(cut + past_lease.as_nanos() as u64);
+            ns.heal();
+            let deadline = now_ns() + 60_000_000_000;
+            while !replication_says(master, "role:slave") && now_ns() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            cluster.wait_until_ok();
+            eprintln!(
+                "  {fault}: master {master} cut off, {replica} promoted {:.1} s later",
+                (promoted - cut) as f64 / 1e9
+            );
+        }
         (Fault::StaleMaster, Deployment::Single(server, _)) => {
             server.freeze();
             std::thread::sleep(past_lease);
@@ -132,6 +217,13 @@ pub fn inject(
     (began, now_ns())
 }
 
+fn sleep_until(at: u64) {
+    let now = now_ns();
+    if at > now {
+        std::thread::sleep(Duration::from_nanos(at - now));
+    }
+}
+
 /// Waits (up to 5 s) until worker 0 holds one of the locks, so that a pause or partition
 /// of it lands inside a critical section: the case fencing and the lost signal are for.
 fn await_hold_of_worker_0(deployment: &Deployment, workers: &Workers) {
@@ -141,7 +233,9 @@ fn await_hold_of_worker_0(deployment: &Deployment, workers: &Workers) {
     let mut conns: Vec<redis::Connection> = deployment
         .masters_now()
         .into_iter()
-        .filter_map(|port| super::support::connect(&format!("redis://127.0.0.1:{port}/")).ok())
+        .filter_map(|port| {
+            super::support::connect(&format!("redis://{}:{port}/", host_of(port))).ok()
+        })
         .collect();
     let deadline = now_ns() + 5_000_000_000;
     while now_ns() < deadline {
@@ -229,7 +323,7 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
 
 /// The replica that follows `master` now (after a failover it is the former master).
 fn replica_now(master: u16) -> u16 {
-    let mut conn = super::support::connect(&format!("redis://127.0.0.1:{master}/"))
+    let mut conn = super::support::connect(&format!("redis://{}:{master}/", host_of(master)))
         .expect("the master answers");
     let info: String = redis::cmd("INFO")
         .arg("replication")

@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release --example campaign              # short mode (CI), about 3 minutes
-//! cargo run --release --example campaign -- --long    # every fault, repeated: about 18 minutes
+//! cargo run --release --example campaign -- --long    # every fault, repeated: about 27 minutes
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
 //! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```
@@ -69,7 +69,12 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
         eprintln!("no row matches {only:?}");
         return ExitCode::from(2);
     }
-    let netns = if rows.iter().any(|&(_, f)| f == Fault::ClientPartition) {
+    let partitions = [
+        Fault::ClientPartition,
+        Fault::NodePartition,
+        Fault::MinorityPartition,
+    ];
+    let netns = if rows.iter().any(|(_, f)| partitions.contains(f)) {
         netns::Netns::create()
             .map_err(|e| eprintln!("no network namespace, partitions not run: {e}"))
             .ok()

@@ -1,7 +1,8 @@
 //! A network namespace joined to this one by a veth pair, made by the campaign for the
 //! partition faults and deleted when the value is dropped (also when the campaign panics).
 //! Addresses come from a private /30 chosen by process id; the only traffic on it is between
-//! a worker inside the namespace and servers this campaign started.
+//! processes this campaign started: a worker inside the namespace and the servers, or a
+//! server inside (the cut master) and the servers, sentinels and workers here.
 
 use std::process::{Command, Stdio};
 
@@ -76,6 +77,20 @@ impl Netns {
     /// This namespace's end of the pair: servers listen here for workers inside.
     pub fn host_addr(&self) -> String {
         self.host.clone()
+    }
+
+    /// The namespace's end of the pair: a server inside listens here for everyone else.
+    pub fn inside_addr(&self) -> String {
+        self.inside.clone()
+    }
+
+    /// Addressing for a deployment that a partition crosses: the servers here also on our
+    /// end of the pair, and with `node`, the master inside the namespace.
+    pub fn network(&self, node: bool) -> super::support::Network {
+        super::support::Network {
+            host_addr: self.host_addr(),
+            netns: node.then(|| (self.name.clone(), self.inside_addr())),
+        }
     }
 
     /// A command run inside the namespace.

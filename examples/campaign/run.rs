@@ -61,8 +61,7 @@ fn load_and_break(
     index: usize,
 ) -> (Verdict, usize) {
     let mode = shared.mode;
-    let single = matches!(topology, Topology::Single | Topology::SingleAof);
-    let mut deployment = Deployment::start(topology, shared.netns.filter(|_| single));
+    let mut deployment = Deployment::start(topology, fault, shared.netns);
     let dir = tempfile::Builder::new()
         .prefix("redis-rlock-campaign-")
         .tempdir()
@@ -79,7 +78,11 @@ fn load_and_break(
     let workers = Workers::spawn(&setup, dir.path());
     wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
     std::thread::sleep(mode.warmup);
-    let repeats = if fault.repeatable() { mode.repeats } else { 1 };
+    let repeats = if fault.repeatable(topology) {
+        mode.repeats
+    } else {
+        1
+    };
     let mut times = Vec::new();
     for repeat in 0..repeats {
         let (began, healed) = faults::inject(
@@ -139,7 +142,10 @@ impl KeptOrNot {
 }
 
 fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &str) -> Setup<'a> {
-    let partition = shared.netns.filter(|_| fault == Fault::ClientPartition);
+    // The worker in the namespace: cut off everything, or next to the cut master.
+    let partition = shared
+        .netns
+        .filter(|_| matches!(fault, Fault::ClientPartition | Fault::MinorityPartition));
     Setup {
         processes: shared.mode.processes,
         threads: shared.mode.threads,
@@ -147,7 +153,10 @@ fn setup<'a>(shared: &Shared<'a>, deployment: &Deployment, fault: Fault, row: &s
         replica_sync: shared.replica_sync,
         store_url: shared.store.url(),
         row: row.to_string(),
-        lock_url: (deployment.lock_url(false), deployment.lock_url(true)),
+        lock_url: (
+            deployment.lock_url(None),
+            deployment.lock_url(partition.map(|ns| ns.host_addr()).as_deref()),
+        ),
         netns: partition.map(|ns| {
             let store = format!("redis://{}:{}/", ns.host_addr(), shared.store.port());
             (ns, store)
@@ -192,7 +201,8 @@ fn leftovers(deployment: &Deployment, limit: Duration) -> usize {
 }
 
 fn keys_left(port: u16) -> usize {
-    let Ok(mut conn) = super::support::connect(&format!("redis://127.0.0.1:{port}/")) else {
+    let url = format!("redis://{}:{port}/", super::support::host_of(port));
+    let Ok(mut conn) = super::support::connect(&url) else {
         return 0;
     };
     let keys: Vec<String> = redis::cmd("KEYS")

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::RedisServer;
+use super::{Network, RedisServer};
 
 /// How long the cluster may take to form or to fail over.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -21,7 +21,7 @@ pub struct RedisCluster {
 }
 
 fn conn(port: u16) -> redis::Connection {
-    let conn = super::connect(&format!("redis://127.0.0.1:{port}/"))
+    let conn = super::connect(&format!("redis://{}:{port}/", super::host_of(port)))
         .expect("connection to a cluster node");
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -57,6 +57,18 @@ impl RedisCluster {
     /// Starts six nodes, joins them as 3 masters with a replica each, and waits until every
     /// node sees all slots served and every replica is in sync.
     pub fn start() -> Self {
+        Self::start_on(None)
+    }
+
+    /// [`start`](Self::start) reached off loopback (opt-in, see [`Network`]): every node
+    /// binds and announces (`cluster-announce-ip`) `network.host_addr`, except the first,
+    /// which runs in `network.netns` when given, on its address. `redis-cli` places one
+    /// master per address first, so that node is a master (of slots 0-5460).
+    pub fn with_network(network: &Network) -> Self {
+        Self::start_on(Some(network))
+    }
+
+    fn start_on(network: Option<&Network>) -> Self {
         let args = [
             "--cluster-enabled",
             "yes",
@@ -66,14 +78,27 @@ impl RedisCluster {
             "2000",
         ];
         let servers: Vec<RedisServer> = (0..6)
-            .map(|_| RedisServer::start_below(&args, 55535))
+            .map(|i| match network {
+                None => RedisServer::start_below(&args, 55535),
+                Some(net) => {
+                    let place = if i == 0 { net.node() } else { net.here() };
+                    let mut placed = args.to_vec();
+                    placed.extend(["--cluster-announce-ip", place.addr.as_str()]);
+                    RedisServer::start_placed(&placed, 55535, place.clone())
+                }
+            })
             .collect();
         let ports: Vec<u16> = servers.iter().map(RedisServer::port).collect();
         let cli = super::cli_binary();
         let mut create = Command::new(&cli);
         create.arg("--cluster").arg("create");
-        for port in &ports {
-            create.arg(format!("127.0.0.1:{port}"));
+        for (i, port) in ports.iter().enumerate() {
+            let host = match network {
+                None => "127.0.0.1".to_string(),
+                Some(net) if i == 0 => net.node().addr,
+                Some(net) => net.host_addr.clone(),
+            };
+            create.arg(format!("{host}:{port}"));
         }
         let out = create
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -128,7 +153,7 @@ impl RedisCluster {
         ports.sort_unstable();
         ports
             .into_iter()
-            .map(|port| format!("redis://127.0.0.1:{port}/"))
+            .map(|port| format!("redis://{}:{port}/", super::host_of(port)))
             .collect()
     }
 
@@ -137,7 +162,7 @@ impl RedisCluster {
         let hosts: Vec<String> = self
             .masters
             .iter()
-            .map(|port| format!("127.0.0.1:{port}"))
+            .map(|port| format!("{}:{port}", super::host_of(*port)))
             .collect();
         format!("redis-cluster://{}", hosts.join(","))
     }
@@ -285,7 +310,7 @@ impl RedisCluster {
             let _: () = super::query(
                 &mut source,
                 redis::cmd("MIGRATE")
-                    .arg("127.0.0.1")
+                    .arg(super::host_of(to))
                     .arg(to)
                     .arg("")
                     .arg(0)

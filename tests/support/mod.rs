@@ -14,11 +14,12 @@ pub mod cluster;
 pub mod proxy;
 pub mod sentinel;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first PING.
@@ -143,6 +144,66 @@ pub fn query<T: redis::FromRedisValue>(
     again_if_interrupted(|| cmd.query(conn))
 }
 
+/// Where a server runs when it must be reached off loopback: opt-in, for the fault
+/// campaign's network partitions. A server started without one binds 127.0.0.1 only.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// `Some(ns)`: inside the network namespace `ns` (`ip netns exec`, as root), bound on
+    /// `addr` only and reached from this namespace by it; `None`: here, bound on 127.0.0.1
+    /// and `addr`, reached by 127.0.0.1.
+    pub netns: Option<String>,
+    pub addr: String,
+}
+
+/// Opt-in addressing for a Sentinel set or a cluster reached off loopback: the servers and
+/// sentinels here bind `host_addr` too and announce it (a process inside a namespace joined
+/// to this one reaches them by it), and `netns`, when given, puts the master (on a cluster,
+/// the first node) into the namespace `.0`, bound on and announcing the address `.1`.
+#[derive(Clone, Debug)]
+pub struct Network {
+    pub host_addr: String,
+    pub netns: Option<(String, String)>,
+}
+
+impl Network {
+    /// The placement of a server on this side.
+    pub fn here(&self) -> Placement {
+        Placement {
+            netns: None,
+            addr: self.host_addr.clone(),
+        }
+    }
+
+    /// The placement of the node inside the namespace, or here when there is none.
+    pub fn node(&self) -> Placement {
+        match &self.netns {
+            Some((ns, addr)) => Placement {
+                netns: Some(ns.clone()),
+                addr: addr.clone(),
+            },
+            None => self.here(),
+        }
+    }
+}
+
+/// The addresses of servers running in other namespaces, by port (their port is reserved on
+/// 127.0.0.1 here while they live, so a port names one server).
+fn hosts() -> &'static Mutex<HashMap<u16, String>> {
+    static HOSTS: OnceLock<Mutex<HashMap<u16, String>>> = OnceLock::new();
+    HOSTS.get_or_init(Mutex::default)
+}
+
+/// The address this process reaches the server on `port` by: 127.0.0.1, or the namespace
+/// address of a server started inside a network namespace ([`Placement`]).
+pub fn host_of(port: u16) -> String {
+    hosts()
+        .lock()
+        .unwrap()
+        .get(&port)
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
 /// A `redis-server` child process in its own temporary directory, killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
@@ -150,6 +211,10 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
     password: Option<String>,
+    /// Where it runs, when not on loopback only (opt-in).
+    placement: Option<Placement>,
+    /// For a server in another namespace: its port held on 127.0.0.1 here.
+    _reserved: Option<TcpListener>,
 }
 
 impl RedisServer {
@@ -166,6 +231,16 @@ impl RedisServer {
     /// [`start_with`](Self::start_with) on a port below `limit` (a cluster node's bus listens
     /// on its port + 10000).
     pub fn start_below(extra_args: &[&str], limit: u16) -> Self {
+        Self::start_inner(extra_args, limit, None)
+    }
+
+    /// [`start_below`](Self::start_below) at `placement`: in a network namespace or also
+    /// bound on a non-loopback address, with protected mode off (opt-in, see [`Placement`]).
+    pub fn start_placed(extra_args: &[&str], limit: u16, placement: Placement) -> Self {
+        Self::start_inner(extra_args, limit, Some(placement))
+    }
+
+    fn start_inner(extra_args: &[&str], limit: u16, placement: Option<Placement>) -> Self {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let password = extra_args
             .iter()
@@ -174,16 +249,33 @@ impl RedisServer {
         let mut last_log = String::new();
         // A port found free can be taken by another test before the server binds it: retry.
         for _ in 0..5 {
+            let inside = placement.as_ref().is_some_and(|p| p.netns.is_some());
+            let (port, reserved) = if inside {
+                let listener = reserved_port_below(limit);
+                let port = listener.local_addr().expect("reserved port").port();
+                (port, Some(listener))
+            } else {
+                (free_port_below(limit), None)
+            };
             let mut server = RedisServer {
                 child: None,
-                port: free_port_below(limit),
+                port,
                 dir: tempfile::Builder::new()
                     .prefix("redis-rlock-test-")
                     .tempdir()
                     .expect("temp dir for redis-server"),
                 extra_args: extra_args.clone(),
                 password: password.clone(),
+                placement: placement.clone(),
+                _reserved: reserved,
             };
+            if let Some(Placement {
+                netns: Some(_),
+                addr,
+            }) = &placement
+            {
+                hosts().lock().unwrap().insert(port, addr.clone());
+            }
             match server.spawn_and_wait() {
                 Ok(()) => return server,
                 Err(log) if log.contains("Address already in use") => last_log = log,
@@ -195,9 +287,21 @@ impl RedisServer {
 
     /// The URL to give a `LockManager`.
     pub fn url(&self) -> String {
+        let host = self.host();
         match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(password) => format!("redis://:{password}@{host}:{}/", self.port),
+            None => format!("redis://{host}:{}/", self.port),
+        }
+    }
+
+    /// The address this process reaches it by: 127.0.0.1 unless it runs in a namespace.
+    pub fn host(&self) -> String {
+        match &self.placement {
+            Some(Placement {
+                netns: Some(_),
+                addr,
+            }) => addr.clone(),
+            _ => "127.0.0.1".into(),
         }
     }
 
@@ -253,9 +357,30 @@ impl RedisServer {
     fn spawn_and_wait(&mut self) -> Result<(), String> {
         let log = self.dir.path().join("redis.log");
         let binary = server_binary();
-        let mut cmd = Command::new(&binary);
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"]);
+        let mut cmd = match &self.placement {
+            Some(Placement {
+                netns: Some(ns), ..
+            }) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns, &binary]);
+                cmd
+            }
+            _ => Command::new(&binary),
+        };
+        cmd.args(["--port", &self.port.to_string(), "--bind"]);
+        match &self.placement {
+            None => cmd.arg("127.0.0.1"),
+            Some(Placement {
+                netns: Some(_),
+                addr,
+            }) => cmd.arg(addr),
+            Some(Placement { netns: None, addr }) => cmd.args(["127.0.0.1", addr]),
+        };
+        if self.placement.is_some() {
+            // Protected mode refuses clients off loopback without a password.
+            cmd.args(["--protected-mode", "no"]);
+        }
+        cmd.args(["--save", "", "--appendonly", "no"]);
         // Redis 7 refuses DEBUG unless asked; Redis 6 has no such setting (and allows it).
         if server_version().at_least_redis(7, 0) {
             cmd.args(["--enable-debug-command", "local"]);
@@ -307,6 +432,20 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if self._reserved.is_some() {
+            hosts().lock().unwrap().remove(&self.port);
+        }
+    }
+}
+
+/// A loopback port below `limit` held by a listener, for a server that listens in another
+/// namespace (and its cluster bus, port + 10000, there).
+fn reserved_port_below(limit: u16) -> TcpListener {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        if listener.local_addr().expect("port").port() < limit {
+            return listener;
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{free_port, RedisServer};
+use super::{free_port, Network, RedisServer};
 
 const MASTER_NAME: &str = "mymaster";
 /// How long the deployment may take to settle or to fail over.
@@ -21,7 +21,8 @@ pub struct RedisSentinel {
 }
 
 fn conn(port: u16) -> Option<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let host = super::host_of(port);
+    let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
     let conn =
         super::again_if_interrupted(|| client.get_connection_with_timeout(Duration::from_secs(2)))
             .ok()?;
@@ -73,10 +74,44 @@ impl RedisSentinel {
     /// Starts the master, `count` replicas in sync with it, and three sentinels that know
     /// them all.
     pub fn with_replicas(count: usize) -> Self {
-        let master = RedisServer::start();
+        Self::start_on(count, None)
+    }
+
+    /// [`with_replicas`](Self::with_replicas) reached off loopback (opt-in, see [`Network`]):
+    /// every server and sentinel here also binds `network.host_addr` and announces it, and the
+    /// master runs in `network.netns` when given (its replicas and the sentinels reach it, and
+    /// it them, over the namespace's link).
+    pub fn with_network(count: usize, network: &Network) -> Self {
+        Self::start_on(count, Some(network))
+    }
+
+    fn start_on(count: usize, network: Option<&Network>) -> Self {
+        let master = match network {
+            None => RedisServer::start(),
+            Some(net) => {
+                let place = net.node();
+                let announce = ["--replica-announce-ip", place.addr.as_str()];
+                RedisServer::start_placed(&announce, u16::MAX, place.clone())
+            }
+        };
         let master_port = master.port().to_string();
+        // The address the sentinels and replicas know the master by.
+        let master_host = network.map_or("127.0.0.1".into(), |net| net.node().addr);
         let replicas: Vec<RedisServer> = (0..count)
-            .map(|_| RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]))
+            .map(|_| match network {
+                None => RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]),
+                Some(net) => RedisServer::start_placed(
+                    &[
+                        "--replicaof",
+                        &master_host,
+                        &master_port,
+                        "--replica-announce-ip",
+                        &net.host_addr,
+                    ],
+                    u16::MAX,
+                    net.here(),
+                ),
+            })
             .collect();
         for replica in &replicas {
             let port = replica.port();
@@ -95,11 +130,18 @@ impl RedisSentinel {
         for i in 0..3 {
             let port = free_port();
             let conf = dir.path().join(format!("sentinel-{i}.conf"));
+            let bind = match network {
+                None => "bind 127.0.0.1\n".to_string(),
+                Some(net) => format!(
+                    "bind 127.0.0.1 {addr}\nprotected-mode no\nsentinel announce-ip {addr}\n",
+                    addr = net.host_addr
+                ),
+            };
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                    "port {port}\n{bind}dir {dir}\n\
+                     sentinel monitor {MASTER_NAME} {master_host} {master_port} 2\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                      sentinel failover-timeout {MASTER_NAME} 5000\n\
                      sentinel parallel-syncs {MASTER_NAME} 1\n",
