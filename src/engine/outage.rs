@@ -21,6 +21,10 @@ pub(crate) const FAILOVER_GRACE: Duration = Duration::from_secs(60);
 /// One waiter's outage: since when Redis has not answered it, and for how long it may not.
 pub(crate) struct Outage {
     grace: Duration,
+    /// Masters can be replaced here (Sentinel, a cluster): an acquire rolled back because no
+    /// replica acknowledged it, or because its master was not vouched for, is a failover
+    /// under way too, and is ridden out as one.
+    failovers: bool,
     /// The outage grace of one server, past which a wait that ends during an outage reports
     /// it rather than "not acquired" (see [`Outage::at_deadline`]).
     reported_after: Duration,
@@ -32,13 +36,15 @@ impl Outage {
     /// The outage of a waiter of `engine`'s deployment.
     pub(crate) fn of(engine: &Engine) -> Self {
         let connect_timeout = engine.config().connect_timeout;
-        let grace = if engine.store().topology().follows_failovers() {
+        let failovers = engine.store().topology().follows_failovers();
+        let grace = if failovers {
             FAILOVER_GRACE.max(connect_timeout)
         } else {
             connect_timeout
         };
         Outage {
             grace,
+            failovers,
             reported_after: connect_timeout,
             since: None,
             last: None,
@@ -48,7 +54,7 @@ impl Outage {
     /// Takes an attempt's error: `Ok` while it is an outage within the grace (the caller looks
     /// again soon), else the error.
     pub(crate) fn ride_out(&mut self, name: &str, err: Error) -> Result<()> {
-        if !err.is_outage() {
+        if !(err.is_outage() || (self.failovers && err.is_not_replicated())) {
             return Err(err);
         }
         let since = *self.since.get_or_insert_with(Instant::now);
