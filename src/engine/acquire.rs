@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::attempter::Attempter;
 use super::contend::Contention;
-use super::plan::{AcquireFacts, AcquirePlan, Path};
+use super::plan::{AcquireFacts, AcquirePlan, Deployment, Path};
 use super::{Engine, Held, NO_TTL_POLL, OUTAGE_RETRY};
 use crate::engine::kind::LockKind;
 use crate::engine::line::{Entry, Join, Probed, Ticket, Wait, Yield};
@@ -51,7 +51,15 @@ impl Engine {
             one_attempt: request.one_attempt,
             fenced: request.fenced,
             holding: self.holds.count(kind, keys, thread) > 0,
-            deployment: self.deployment(&keys.name),
+            // Only grants read the deployment: not asked on the other acquires' hot path.
+            deployment: if kind.grants() && !request.fenced {
+                self.deployment(&keys.name)
+            } else {
+                Deployment {
+                    grants_possible: false,
+                    waits_for_replicas: false,
+                }
+            },
         });
         let mut attempter = Attempter::new(self, kind, keys, request, thread, plan.fresh);
         let got = match plan.path {

@@ -38,10 +38,12 @@ impl Engine {
         let kind = held.kind;
         let owner = owner_field(&self.client_id, held.thread);
         let channel = kind.channel(keys, &owner);
+        let last = left.total == 0;
         let successor = kind
             .uses_line()
-            .then(|| self.line.successor(keys, held.thread, left.total == 0))
+            .then(|| self.line.successor(keys, held.thread, last))
             .flatten();
+        // Asked only where the plan reads them: a release is on the hot path.
         let plan = plan_release(&ReleaseFacts {
             uses_line: kind.uses_line(),
             renewed: held.renewed,
@@ -49,10 +51,14 @@ impl Engine {
             watchdog_ms: self.config.watchdog_timeout_ms,
             left,
             successor_may_acquire: successor.as_ref().map(Successor::may_acquire),
-            waits_for_replicas: self.store.waits_for_replicas(&keys.name),
-            listening: self.subscriber.is_listening(&channel),
+            waits_for_replicas: successor.is_some() && self.store.waits_for_replicas(&keys.name),
+            listening: last && self.subscriber.is_listening(&channel),
             yields_suspended: kind.uses_line() && self.line.yields_suspended(),
-            heard_so_far: self.subscriber.message_count(&channel),
+            heard_so_far: if last && kind.uses_line() {
+                self.subscriber.message_count(&channel)
+            } else {
+                0
+            },
         });
         let next = successor
             .as_ref()
