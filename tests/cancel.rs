@@ -314,6 +314,57 @@ fn a_cancel_racing_a_release_leaves_a_permit_held_or_free_never_lost() {
     println!("100 races: {got} got the permit, {cancelled} were cancelled");
 }
 
+/// A permit-expirable semaphore's wait behind a proxy whose acquire attempt is held back at
+/// the proxy when `stop` is called, then let through: the attempt takes the permit after the
+/// stop, and the call gives it back before it returns the stop's error.
+fn stopped_while_an_attempt_is_in_flight(
+    name: &str,
+    stop: impl FnOnce(&LockManager, &CancelToken),
+) -> Error {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let (waiting, other) = (LockManager::new(&proxy.url()).unwrap(), manager(&server));
+    let mut conn = server.conn();
+    let semaphore = other.get_permit_expirable_semaphore(name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let held = semaphore.acquire(None).unwrap();
+    let token = CancelToken::new();
+    let waiter = {
+        let (semaphore, token) = (waiting.get_permit_expirable_semaphore(name), token.clone());
+        thread::spawn(move || {
+            semaphore.acquire_with(None, &WaitOptions::new().cancel_token(&token))
+        })
+    };
+    assert!(eventually(SETTLE, || waiting.waiting_channel_count() == 1));
+    let acquire = redis::Script::new(redis_rlock::lua::PERMIT_SEMAPHORE_ACQUIRE);
+    proxy.hold_requests_containing(acquire.get_hash().as_bytes());
+    // The release wakes the waiter, whose attempt (or its next poll) waits at the proxy.
+    semaphore.release(&held).unwrap();
+    assert!(eventually(SETTLE, || proxy.held() >= 1));
+    stop(&waiting, &token);
+    proxy.release_requests();
+    let err = waiter.join().unwrap().expect_err("stopped");
+    assert_eq!(
+        acquired_ids(&mut conn, name),
+        0,
+        "the permit taken was given back"
+    );
+    assert_eq!(semaphore.available_permits().unwrap(), 1);
+    err
+}
+
+#[test]
+fn a_permit_taken_as_the_wait_was_stopped_is_given_back() {
+    let cancelled = stopped_while_an_attempt_is_in_flight("cancel:pes-late", |_, token| {
+        token.cancel();
+    });
+    assert!(cancelled.is_cancelled(), "{cancelled}");
+    let shut = stopped_while_an_attempt_is_in_flight("cancel:pes-shut", |manager, _| {
+        manager.shutdown();
+    });
+    assert!(shut.is_shutdown(), "{shut}");
+}
+
 #[test]
 fn a_latch_wait_ends_at_cancel_and_wait_for_zero_waits_without_limit() {
     let server = RedisServer::start();
