@@ -66,7 +66,8 @@ typedef enum {
   REDIS_RLOCK_NOT_ACQUIRED = 1,
   /**
    * The lock was no longer held by the guard's owner (lease expired, force-unlocked, or
-   * another owner has it); nothing was changed on Redis.
+   * another owner has it), or the permit id given to a permit-expirable semaphore's release
+   * was not acquired (released already, or its lease ended); nothing was changed on Redis.
    */
   REDIS_RLOCK_NOT_HELD = 2,
   /**
@@ -161,8 +162,9 @@ typedef struct {
 } redis_rlock_lock_options;
 
 /**
- * What a wait for permits (`redis_rlock_semaphore_acquire_with`) asks for. Start from
- * `redis_rlock_wait_options_default()`.
+ * What a wait for permits or a count asks for (`redis_rlock_semaphore_acquire_with`,
+ * `redis_rlock_permit_expirable_semaphore_acquire_with`,
+ * `redis_rlock_count_down_latch_wait_with`). Start from `redis_rlock_wait_options_default()`.
  */
 typedef struct {
   /**
@@ -382,7 +384,8 @@ redis_rlock_result redis_rlock_count_down_latch_count(redis_rlock_manager *m,
 
 /**
  * Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
- * Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
+ * Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero. To end the
+ * wait from another thread, use `redis_rlock_count_down_latch_wait_with`.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
@@ -394,10 +397,25 @@ redis_rlock_result redis_rlock_count_down_latch_wait(redis_rlock_manager *m,
                                                      bool *opened);
 
 /**
+ * Waits for the count of `name` to reach zero as `opts` say (NULL: as long as it takes, no
+ * cancel token). `REDIS_RLOCK_OK` with `*opened` telling whether the count is zero (false:
+ * the wait passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+ * `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with nothing left waiting.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+ * or valid, and its `cancel` NULL or a live token; `opened` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_count_down_latch_wait_with(redis_rlock_manager *m,
+                                                          const char *name,
+                                                          const redis_rlock_wait_options *opts,
+                                                          bool *opened);
+
+/**
  * Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
  * first come, first served. The watchdog renews the lease until the guard is unlocked or
  * freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
- * `redis_rlock_lock`.
+ * `redis_rlock_lock`. Its cancellable form is `redis_rlock_fair_acquire`.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
@@ -453,6 +471,10 @@ redis_rlock_result redis_rlock_acquire(redis_rlock_manager *m,
  *
  * On `REDIS_RLOCK_OK`, `*out` is a new guard owned by the caller (free it with
  * `redis_rlock_unlock` or `redis_rlock_guard_free`); otherwise `*out` is NULL.
+ *
+ * To end the wait from another thread, use `redis_rlock_acquire` with a cancel token in its
+ * options (it returns `REDIS_RLOCK_CANCELLED`); their `wait_ms`, `lease_ms` and `fenced`
+ * give the other forms (`redis_rlock_try_lock`, `_lock_with_lease`, `_lock_fenced`).
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
@@ -716,7 +738,8 @@ redis_rlock_result redis_rlock_permit_expirable_semaphore_add_permits(redis_rloc
 /**
  * Takes one permit of `name`, waiting as long as it takes, and writes its id into `id`. With
  * `lease_ms` > 0 the permit is free again that long after it was taken unless released
- * first; 0: no lease.
+ * first; 0: no lease. To end the wait from another thread, use
+ * `redis_rlock_permit_expirable_semaphore_acquire_with`.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `id` is NULL or
@@ -744,6 +767,25 @@ redis_rlock_result redis_rlock_permit_expirable_semaphore_try_acquire(redis_rloc
                                                                       uint64_t lease_ms,
                                                                       char *id,
                                                                       bool *acquired);
+
+/**
+ * Takes one permit of `name` as `opts` say (NULL: wait as long as it takes, no cancel token);
+ * `lease_ms` as for `redis_rlock_permit_expirable_semaphore_acquire`. `REDIS_RLOCK_OK` with
+ * `*acquired` telling whether a permit was taken and `id` holding its id (or `""`: the wait
+ * passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+ * `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with no permit taken.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+ * or valid, and its `cancel` NULL or a live token; `id` is NULL or valid for a write of
+ * `REDIS_RLOCK_PERMIT_ID_SIZE` bytes; `acquired` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_permit_expirable_semaphore_acquire_with(redis_rlock_manager *m,
+                                                                       const char *name,
+                                                                       uint64_t lease_ms,
+                                                                       const redis_rlock_wait_options *opts,
+                                                                       char *id,
+                                                                       bool *acquired);
 
 /**
  * Gives back the permit `id` of `name`. An id that is not acquired (never was, released
@@ -809,7 +851,7 @@ redis_rlock_result redis_rlock_permit_expirable_semaphore_acquired_permits(redis
  * Waits as long as it takes to take a read hold on the read-write lock `name`: shared with
  * other readers, excluded by a writer (except the calling thread's own write hold). The
  * watchdog renews it until the guard is unlocked or freed. Result codes and ownership of
- * `*out` as for `redis_rlock_lock`.
+ * `*out` as for `redis_rlock_lock`. Its cancellable form is `redis_rlock_read_acquire`.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
@@ -836,7 +878,7 @@ redis_rlock_result redis_rlock_read_try_lock(redis_rlock_manager *m,
  * Waits as long as it takes to take the write lock of the read-write lock `name`, which
  * excludes readers and other writers. A thread that holds a read hold on `name` (and not the
  * write lock) gets `REDIS_RLOCK_INVALID_ARGUMENT`: it would wait for itself. Ownership as for
- * `redis_rlock_lock`.
+ * `redis_rlock_lock`. Its cancellable form is `redis_rlock_write_acquire`.
  *
  * # Safety
  * As for `redis_rlock_read_lock`.
@@ -899,7 +941,8 @@ redis_rlock_result redis_rlock_semaphore_try_set_permits(redis_rlock_manager *m,
 /**
  * Takes `permits` permits (at least 1) of the semaphore `name`, waiting as long as it takes
  * until that many are free at once. A semaphore that does not exist has no permits: the call
- * waits until it is created or permits are released into it.
+ * waits until it is created or permits are released into it. Its cancellable form is
+ * `redis_rlock_semaphore_acquire_with`.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.

@@ -50,7 +50,7 @@ pub enum Error {
     /// whose fields are not hold counts: somebody's data), or, for a semaphore or a count-down
     /// latch, not a string holding an integer. It was left untouched.
     WrongType {
-        /// The lock name.
+        /// The name of the lock, semaphore or latch.
         name: String,
     },
     /// The hold was not there any more when it was released: its lease expired, it was
@@ -60,6 +60,15 @@ pub enum Error {
     NotHeld {
         /// The lock name.
         name: String,
+    },
+    /// A permit-expirable semaphore's permit was not acquired when it was released: it was
+    /// released already, its lease ended (it came back by itself), or it never was. Nothing
+    /// was changed on Redis. [`is_not_held`](Error::is_not_held) answers for it.
+    PermitNotHeld {
+        /// The semaphore's name.
+        name: String,
+        /// The permit's id, as given.
+        id: String,
     },
     /// The manager could not start one of its background threads.
     ThreadSpawn {
@@ -128,9 +137,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// The lock was not (or no longer) held by the releasing owner.
+    /// The lock was not (or no longer) held by the releasing owner, or the permit released was
+    /// not acquired ([`Error::NotHeld`], [`Error::PermitNotHeld`]).
     pub fn is_not_held(&self) -> bool {
-        matches!(self, Error::NotHeld { .. })
+        matches!(self, Error::NotHeld { .. } | Error::PermitNotHeld { .. })
     }
 
     /// The call's [`CancelToken`](crate::CancelToken) was cancelled (see [`Error::Cancelled`]).
@@ -266,14 +276,21 @@ impl fmt::Display for Error {
             Error::Redis { operation, source } => write!(f, "{operation} failed: {source}"),
             Error::WrongType { name } => write!(
                 f,
-                "key {} exists but is not a lock of this kind (a lock is a hash of hold counts; \
-                 a semaphore or a count-down latch, a string holding an integer); it was left \
-                 untouched",
+                "key {} exists but is not a lock, semaphore or latch of the kind asked for (a \
+                 lock is a hash of hold counts; a semaphore, a permit-expirable semaphore or a \
+                 count-down latch, a string holding an integer); it was left untouched",
                 shorten(name)
             ),
             Error::NotHeld { name } => write!(
                 f,
                 "lock {} is not held by this owner (lease expired, force-unlocked, or taken by another owner)",
+                shorten(name)
+            ),
+            Error::PermitNotHeld { name, id } => write!(
+                f,
+                "permit {} of semaphore {} is not acquired (released already, its lease ended, \
+                 or it never was); nothing was changed",
+                shorten(id),
                 shorten(name)
             ),
             Error::ThreadSpawn { source } => {

@@ -215,10 +215,11 @@
 //!
 //! Every blocking call can be ended from another thread. Give it a [`CancelToken`]
 //! ([`AcquireOptions::cancel_token`] for the lock kinds, [`MultiLock::acquire`] and
-//! [`RedLock::acquire`]; [`WaitOptions::cancel_token`] for [`Semaphore::acquire_with`] and
-//! [`CountDownLatch::wait_with`]) and [`cancel`](CancelToken::cancel) it: the call returns
-//! [`Error::Cancelled`] within milliseconds, not at its next timeout, and leaves nothing
-//! behind (no hold, no place in a queue, no registration for a grant). A token cancelled
+//! [`RedLock::acquire`]; [`WaitOptions::cancel_token`] for [`Semaphore::acquire_with`],
+//! [`PermitExpirableSemaphore::acquire_with`] and [`CountDownLatch::wait_with`]) and
+//! [`cancel`](CancelToken::cancel) it: the call returns [`Error::Cancelled`] within
+//! milliseconds, not at its next timeout, and leaves nothing behind (no hold, no permit, no
+//! place in a queue, no registration for a grant). A token cancelled
 //! before the call fails it at once without I/O. [`LockManager::shutdown`] does the same for
 //! every call of a manager and its clones ([`Error::Shutdown`]), and refuses later acquires;
 //! guards taken before keep working until dropped.

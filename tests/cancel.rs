@@ -1,7 +1,8 @@
 //! Cancel tokens (`CancelToken`, issue 24): a blocked call of every kind returns
 //! `Error::Cancelled` within milliseconds of `cancel()`, and leaves nothing behind: no hold,
 //! no place in the manager's line or a fair lock's queue, no registration for a grant, no
-//! grant or handoff afterwards. A token cancelled before the call sends nothing.
+//! grant or handoff afterwards; no permit taken. A token cancelled before the call sends
+//! nothing.
 
 mod support;
 
@@ -225,6 +226,145 @@ fn a_semaphore_acquire_ends_at_cancel_and_takes_nothing() {
     );
 }
 
+/// The ids in a permit-expirable semaphore's set of acquired permits (`{name}:timeout`).
+fn acquired_ids(conn: &mut redis::Connection, name: &str) -> usize {
+    conn.zcard(format!("{{{name}}}:timeout")).unwrap()
+}
+
+#[test]
+fn a_permit_expirable_semaphore_acquire_ends_at_cancel_and_takes_nothing() {
+    let server = RedisServer::start();
+    let manager = manager(&server);
+    let mut conn = server.conn();
+    let semaphore = manager.get_permit_expirable_semaphore("cancel:pes");
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let held = semaphore.acquire(None).unwrap();
+    let token = CancelToken::new();
+    let waiter = {
+        let (semaphore, token) = (semaphore.clone(), token.clone());
+        thread::spawn(move || {
+            let options = WaitOptions::new().cancel_token(&token);
+            semaphore.acquire_with(Some(Duration::from_secs(60)), &options)
+        })
+    };
+    assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
+    cancel_and_expect("permit-expirable semaphore", &token, waiter);
+    assert_eq!(manager.waiting_channel_count(), 0);
+    assert_eq!(
+        acquired_ids(&mut conn, "cancel:pes"),
+        1,
+        "only the held permit"
+    );
+    semaphore.release(&held).unwrap();
+    assert_eq!(
+        semaphore.available_permits().unwrap(),
+        1,
+        "the permit released is left free"
+    );
+    assert_eq!(acquired_ids(&mut conn, "cancel:pes"), 0);
+}
+
+/// A cancel that races the release it waits for: either the waiter returns the permit, or it
+/// returns `Cancelled` and the permit is free. Never both, never neither.
+#[test]
+fn a_cancel_racing_a_release_leaves_a_permit_held_or_free_never_lost() {
+    let server = RedisServer::start();
+    let manager = manager(&server);
+    let mut conn = server.conn();
+    let semaphore = manager.get_permit_expirable_semaphore("cancel:pes-race");
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let (mut got, mut cancelled) = (0, 0);
+    for _ in 0..100 {
+        let held = semaphore.acquire(None).unwrap();
+        let token = CancelToken::new();
+        let waiter = {
+            let (semaphore, token) = (semaphore.clone(), token.clone());
+            thread::spawn(move || {
+                semaphore.acquire_with(None, &WaitOptions::new().cancel_token(&token))
+            })
+        };
+        assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let canceller = {
+            let (barrier, token) = (barrier.clone(), token.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                token.cancel();
+            })
+        };
+        barrier.wait();
+        semaphore.release(&held).unwrap();
+        canceller.join().unwrap();
+        match waiter.join().unwrap() {
+            Ok(Some(id)) => {
+                got += 1;
+                assert_eq!(acquired_ids(&mut conn, "cancel:pes-race"), 1);
+                semaphore.release(&id).unwrap();
+            }
+            Err(err) if err.is_cancelled() => cancelled += 1,
+            other => panic!("expected a permit or Cancelled, got {other:?}"),
+        }
+        assert_eq!(
+            acquired_ids(&mut conn, "cancel:pes-race"),
+            0,
+            "none left taken"
+        );
+        assert_eq!(semaphore.available_permits().unwrap(), 1, "none lost");
+    }
+    println!("100 races: {got} got the permit, {cancelled} were cancelled");
+}
+
+/// A permit-expirable semaphore's wait behind a proxy whose acquire attempt is held back at
+/// the proxy when `stop` is called, then let through: the attempt takes the permit after the
+/// stop, and the call gives it back before it returns the stop's error.
+fn stopped_while_an_attempt_is_in_flight(
+    name: &str,
+    stop: impl FnOnce(&LockManager, &CancelToken),
+) -> Error {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let (waiting, other) = (LockManager::new(&proxy.url()).unwrap(), manager(&server));
+    let mut conn = server.conn();
+    let semaphore = other.get_permit_expirable_semaphore(name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let held = semaphore.acquire(None).unwrap();
+    let token = CancelToken::new();
+    let waiter = {
+        let (semaphore, token) = (waiting.get_permit_expirable_semaphore(name), token.clone());
+        thread::spawn(move || {
+            semaphore.acquire_with(None, &WaitOptions::new().cancel_token(&token))
+        })
+    };
+    assert!(eventually(SETTLE, || waiting.waiting_channel_count() == 1));
+    let acquire = redis::Script::new(redis_rlock::lua::PERMIT_SEMAPHORE_ACQUIRE);
+    proxy.hold_requests_containing(acquire.get_hash().as_bytes());
+    // The release wakes the waiter, whose attempt (or its next poll) waits at the proxy.
+    semaphore.release(&held).unwrap();
+    assert!(eventually(SETTLE, || proxy.held() >= 1));
+    stop(&waiting, &token);
+    proxy.release_requests();
+    let err = waiter.join().unwrap().expect_err("stopped");
+    assert_eq!(
+        acquired_ids(&mut conn, name),
+        0,
+        "the permit taken was given back"
+    );
+    assert_eq!(semaphore.available_permits().unwrap(), 1);
+    err
+}
+
+#[test]
+fn a_permit_taken_as_the_wait_was_stopped_is_given_back() {
+    let cancelled = stopped_while_an_attempt_is_in_flight("cancel:pes-late", |_, token| {
+        token.cancel();
+    });
+    assert!(cancelled.is_cancelled(), "{cancelled}");
+    let shut = stopped_while_an_attempt_is_in_flight("cancel:pes-shut", |manager, _| {
+        manager.shutdown();
+    });
+    assert!(shut.is_shutdown(), "{shut}");
+}
+
 #[test]
 fn a_latch_wait_ends_at_cancel_and_wait_for_zero_waits_without_limit() {
     let server = RedisServer::start();
@@ -314,6 +454,10 @@ fn a_token_cancelled_before_the_call_sends_nothing() {
         manager
             .get_count_down_latch("cancel:early-latch")
             .wait_with(&WaitOptions::new().cancel_token(&token))
+            .map(drop),
+        manager
+            .get_permit_expirable_semaphore("cancel:early-pes")
+            .acquire_with(None, &WaitOptions::new().cancel_token(&token))
             .map(drop),
         RedLock::new(vec![manager.get_lock("cancel:early")])
             .acquire(options.clone())

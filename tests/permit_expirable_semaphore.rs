@@ -373,6 +373,14 @@ fn releasing_an_unknown_id_is_an_error_and_bad_input_is_refused() -> TestResult 
     let stranger = hex(uuid::Uuid::new_v4().as_bytes());
     let err = semaphore.release(&stranger).expect_err("unknown id");
     assert!(err.is_not_held(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "permit {stranger:?} of semaphore \"pes:bad\" is not acquired (released already, \
+             its lease ended, or it never was); nothing was changed"
+        ),
+        "worded for a permit, not a lock"
+    );
     assert!(!semaphore.try_release(&stranger)?);
     assert_eq!(semaphore.available_permits()?, 1, "nothing was created");
 
@@ -436,6 +444,11 @@ fn keys_of_another_type_are_reported_and_left_alone() -> TestResult {
         for (i, outcome) in outcomes.into_iter().enumerate() {
             let err = outcome.expect_err("wrong type");
             assert!(err.is_wrong_type(), "{name} case {i}: {err}");
+            assert!(
+                err.to_string()
+                    .contains("semaphore or latch of the kind asked for"),
+                "not worded for a lock: {err}"
+            );
         }
     }
     let fields: Vec<(String, String)> = conn.hgetall("pes:hash")?;

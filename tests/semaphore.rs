@@ -337,6 +337,13 @@ fn a_key_of_another_type_is_reported_and_left_alone() -> TestResult {
     for (i, outcome) in outcomes.into_iter().enumerate() {
         let err = outcome.expect_err("wrong type");
         assert!(err.is_wrong_type(), "case {i}: {err}");
+        assert_eq!(
+            err.to_string(),
+            "key \"sem:hash\" exists but is not a lock, semaphore or latch of the kind asked \
+             for (a lock is a hash of hold counts; a semaphore, a permit-expirable semaphore or \
+             a count-down latch, a string holding an integer); it was left untouched",
+            "case {i}: not worded for a lock"
+        );
     }
     let fields: Vec<(String, String)> = conn.hgetall("sem:hash")?;
     assert_eq!(fields, vec![("field".to_owned(), "value".to_owned())]);

@@ -61,6 +61,10 @@ fn a_shutdown_ends_the_waits_of_every_kind_and_leaves_nothing_behind() {
         .get_count_down_latch("shut:latch")
         .try_set_count(1)
         .unwrap());
+    assert!(waiting
+        .get_permit_expirable_semaphore("shut:pes")
+        .try_set_permits(0)
+        .unwrap());
     // Each wait on a clone of the manager: the shutdown reaches them all.
     let spawn = |body: Box<dyn FnOnce(LockManager) -> Result<()> + Send>| {
         let clone = waiting.clone();
@@ -91,10 +95,20 @@ fn a_shutdown_ends_the_waits_of_every_kind_and_leaves_nothing_behind() {
                 m.get_count_down_latch("shut:latch").wait_for_zero()
             })),
         ),
+        (
+            "permit-expirable semaphore",
+            spawn(Box::new(|m| {
+                m.get_permit_expirable_semaphore("shut:pes")
+                    .acquire(Some(Duration::from_secs(60)))
+                    .map(drop)
+            })),
+        ),
     ];
-    assert!(eventually(SETTLE, || waiting.waiting_channel_count() == 5));
+    assert!(eventually(SETTLE, || waiting.waiting_channel_count() == 6));
     shut_down_and_expect(&waiting, waiters);
     assert_eq!(waiting.waiting_channel_count(), 0);
+    let permits: usize = conn.zcard("{shut:pes}:timeout").unwrap();
+    assert_eq!(permits, 0, "no permit taken");
     let queue: usize = conn.llen("redisson_lock_queue:{shut:fair}").unwrap();
     assert_eq!(queue, 0, "out of the fair queue");
     let registered: Vec<String> = conn.hkeys("redis_rlock__waiters:{shut:lock}").unwrap();
@@ -125,6 +139,10 @@ fn after_a_shutdown_acquires_fail_without_io_and_guards_keep_working() {
             manager
                 .get_count_down_latch("shut:latch")
                 .wait(Duration::ZERO)
+                .map(drop),
+            manager
+                .get_permit_expirable_semaphore("shut:pes")
+                .try_acquire(Duration::ZERO, None)
                 .map(drop),
         ];
         for outcome in refused {

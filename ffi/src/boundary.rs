@@ -17,7 +17,8 @@ pub enum redis_rlock_result {
     /// A `try_lock` wait passed without acquiring the lock; `*out` is NULL.
     REDIS_RLOCK_NOT_ACQUIRED = 1,
     /// The lock was no longer held by the guard's owner (lease expired, force-unlocked, or
-    /// another owner has it); nothing was changed on Redis.
+    /// another owner has it), or the permit id given to a permit-expirable semaphore's release
+    /// was not acquired (released already, or its lease ended); nothing was changed on Redis.
     REDIS_RLOCK_NOT_HELD = 2,
     /// Refused before anything was sent: a NULL pointer, a string that is not UTF-8, an empty
     /// or oversized name, a zero or out-of-range duration or permit count, a bad URL or
@@ -69,7 +70,7 @@ impl From<Error> for Failure {
             | Error::InvalidArgument { .. }
             | Error::InvalidUrl { .. }
             | Error::Forked { .. } => REDIS_RLOCK_INVALID_ARGUMENT,
-            Error::NotHeld { .. } => REDIS_RLOCK_NOT_HELD,
+            Error::NotHeld { .. } | Error::PermitNotHeld { .. } => REDIS_RLOCK_NOT_HELD,
             Error::Connect { .. }
             | Error::Redis { .. }
             | Error::WrongType { .. }
@@ -285,6 +286,13 @@ mod tests {
                 REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (Error::NotHeld { name: "n".into() }, REDIS_RLOCK_NOT_HELD),
+            (
+                Error::PermitNotHeld {
+                    name: "n".into(),
+                    id: "i".into(),
+                },
+                REDIS_RLOCK_NOT_HELD,
+            ),
             (Error::Connect { source: redis() }, REDIS_RLOCK_REDIS_ERROR),
             (
                 Error::Redis {

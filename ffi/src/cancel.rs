@@ -87,8 +87,9 @@ pub struct redis_rlock_lock_options {
     pub cancel: *const redis_rlock_cancel_token,
 }
 
-/// What a wait for permits (`redis_rlock_semaphore_acquire_with`) asks for. Start from
-/// `redis_rlock_wait_options_default()`.
+/// What a wait for permits or a count asks for (`redis_rlock_semaphore_acquire_with`,
+/// `redis_rlock_permit_expirable_semaphore_acquire_with`,
+/// `redis_rlock_count_down_latch_wait_with`). Start from `redis_rlock_wait_options_default()`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct redis_rlock_wait_options {

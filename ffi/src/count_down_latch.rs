@@ -7,6 +7,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::{redis_rlock_result, Failure};
+use super::cancel::{redis_rlock_wait_options, wait_options};
 use super::manager::{redis_rlock_manager, with_named};
 use redis_rlock::CountDownLatch;
 
@@ -81,7 +82,8 @@ pub unsafe extern "C" fn redis_rlock_count_down_latch_count(
 }
 
 /// Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
-/// Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
+/// Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero. To end the
+/// wait from another thread, use `redis_rlock_count_down_latch_wait_with`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
@@ -96,4 +98,29 @@ pub unsafe extern "C" fn redis_rlock_count_down_latch_wait(
     let timeout = Duration::from_millis(timeout_ms);
     // SAFETY: the same contract, passed on.
     unsafe { with_latch(m, name, Some(("opened", opened)), |l| Ok(l.wait(timeout)?)) }
+}
+
+/// Waits for the count of `name` to reach zero as `opts` say (NULL: as long as it takes, no
+/// cancel token). `REDIS_RLOCK_OK` with `*opened` telling whether the count is zero (false:
+/// the wait passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+/// `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with nothing left waiting.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+/// or valid, and its `cancel` NULL or a live token; `opened` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_wait_with(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    opts: *const redis_rlock_wait_options,
+    opened: *mut bool,
+) -> redis_rlock_result {
+    // SAFETY: the caller's contract.
+    let options = unsafe { wait_options(opts) };
+    // SAFETY: the same contract, passed on.
+    unsafe {
+        with_latch(m, name, Some(("opened", opened)), |l| {
+            Ok(l.wait_with(&options)?)
+        })
+    }
 }

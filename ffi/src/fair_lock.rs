@@ -12,7 +12,7 @@ use super::manager::redis_rlock_manager;
 /// Waits as long as it takes to acquire the fair lock `name`: waiters of every client get it
 /// first come, first served. The watchdog renews the lease until the guard is unlocked or
 /// freed; the same thread locking again re-enters. Result codes and ownership of `*out` as for
-/// `redis_rlock_lock`.
+/// `redis_rlock_lock`. Its cancellable form is `redis_rlock_fair_acquire`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or

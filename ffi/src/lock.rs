@@ -75,6 +75,10 @@ pub unsafe extern "C" fn redis_rlock_acquire(
 /// On `REDIS_RLOCK_OK`, `*out` is a new guard owned by the caller (free it with
 /// `redis_rlock_unlock` or `redis_rlock_guard_free`); otherwise `*out` is NULL.
 ///
+/// To end the wait from another thread, use `redis_rlock_acquire` with a cancel token in its
+/// options (it returns `REDIS_RLOCK_CANCELLED`); their `wait_ms`, `lease_ms` and `fenced`
+/// give the other forms (`redis_rlock_try_lock`, `_lock_with_lease`, `_lock_fenced`).
+///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
 /// valid for a write.

@@ -9,6 +9,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::boundary::{redis_rlock_result, str_arg, Failure};
+use super::cancel::{redis_rlock_wait_options, wait_options};
 use super::manager::{redis_rlock_manager, with_named};
 use redis_rlock::PermitExpirableSemaphore;
 
@@ -117,7 +118,8 @@ pub unsafe extern "C" fn redis_rlock_permit_expirable_semaphore_add_permits(
 
 /// Takes one permit of `name`, waiting as long as it takes, and writes its id into `id`. With
 /// `lease_ms` > 0 the permit is free again that long after it was taken unless released
-/// first; 0: no lease.
+/// first; 0: no lease. To end the wait from another thread, use
+/// `redis_rlock_permit_expirable_semaphore_acquire_with`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `id` is NULL or
@@ -162,6 +164,38 @@ pub unsafe extern "C" fn redis_rlock_permit_expirable_semaphore_try_acquire(
     let op = |s: &PermitExpirableSemaphore| {
         require_buffer(id)?;
         let taken = s.try_acquire(wait, lease(lease_ms))?;
+        // SAFETY: not NULL, and writable by the caller's contract.
+        unsafe { write_id(id, taken.as_deref().unwrap_or("")) };
+        Ok(taken.is_some())
+    };
+    // SAFETY: the same contract, passed on.
+    unsafe { with_permits(m, name, Some(("acquired", acquired)), op) }
+}
+
+/// Takes one permit of `name` as `opts` say (NULL: wait as long as it takes, no cancel token);
+/// `lease_ms` as for `redis_rlock_permit_expirable_semaphore_acquire`. `REDIS_RLOCK_OK` with
+/// `*acquired` telling whether a permit was taken and `id` holding its id (or `""`: the wait
+/// passed); `REDIS_RLOCK_CANCELLED` when the cancel token was cancelled and
+/// `REDIS_RLOCK_SHUTDOWN` when the manager was shut down, with no permit taken.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opts` is NULL
+/// or valid, and its `cancel` NULL or a live token; `id` is NULL or valid for a write of
+/// `REDIS_RLOCK_PERMIT_ID_SIZE` bytes; `acquired` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_permit_expirable_semaphore_acquire_with(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    lease_ms: u64,
+    opts: *const redis_rlock_wait_options,
+    id: *mut c_char,
+    acquired: *mut bool,
+) -> redis_rlock_result {
+    // SAFETY: the caller's contract.
+    let options = unsafe { wait_options(opts) };
+    let op = |s: &PermitExpirableSemaphore| {
+        require_buffer(id)?;
+        let taken = s.acquire_with(lease(lease_ms), &options)?;
         // SAFETY: not NULL, and writable by the caller's contract.
         unsafe { write_id(id, taken.as_deref().unwrap_or("")) };
         Ok(taken.is_some())

@@ -13,7 +13,7 @@ use super::manager::redis_rlock_manager;
 /// Waits as long as it takes to take a read hold on the read-write lock `name`: shared with
 /// other readers, excluded by a writer (except the calling thread's own write hold). The
 /// watchdog renews it until the guard is unlocked or freed. Result codes and ownership of
-/// `*out` as for `redis_rlock_lock`.
+/// `*out` as for `redis_rlock_lock`. Its cancellable form is `redis_rlock_read_acquire`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
@@ -61,7 +61,7 @@ pub unsafe extern "C" fn redis_rlock_read_try_lock(
 /// Waits as long as it takes to take the write lock of the read-write lock `name`, which
 /// excludes readers and other writers. A thread that holds a read hold on `name` (and not the
 /// write lock) gets `REDIS_RLOCK_INVALID_ARGUMENT`: it would wait for itself. Ownership as for
-/// `redis_rlock_lock`.
+/// `redis_rlock_lock`. Its cancellable form is `redis_rlock_write_acquire`.
 ///
 /// # Safety
 /// As for `redis_rlock_read_lock`.

@@ -68,7 +68,8 @@ pub unsafe extern "C" fn redis_rlock_semaphore_try_set_permits(
 
 /// Takes `permits` permits (at least 1) of the semaphore `name`, waiting as long as it takes
 /// until that many are free at once. A semaphore that does not exist has no permits: the call
-/// waits until it is created or permits are released into it.
+/// waits until it is created or permits are released into it. Its cancellable form is
+/// `redis_rlock_semaphore_acquire_with`.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.

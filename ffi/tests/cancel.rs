@@ -70,6 +70,32 @@ extern "C" {
         opts: *const WaitOptions,
         acquired: *mut bool,
     ) -> c_int;
+    fn redis_rlock_count_down_latch_try_set_count(
+        m: *mut c_void,
+        name: *const c_char,
+        count: u64,
+        set: *mut bool,
+    ) -> c_int;
+    fn redis_rlock_count_down_latch_wait_with(
+        m: *mut c_void,
+        name: *const c_char,
+        opts: *const WaitOptions,
+        opened: *mut bool,
+    ) -> c_int;
+    fn redis_rlock_permit_expirable_semaphore_try_set_permits(
+        m: *mut c_void,
+        name: *const c_char,
+        permits: u32,
+        set: *mut bool,
+    ) -> c_int;
+    fn redis_rlock_permit_expirable_semaphore_acquire_with(
+        m: *mut c_void,
+        name: *const c_char,
+        lease_ms: u64,
+        opts: *const WaitOptions,
+        id: *mut c_char,
+        acquired: *mut bool,
+    ) -> c_int;
     fn redis_rlock_unlock(g: *mut c_void) -> c_int;
     fn redis_rlock_cancel_token_new() -> *mut c_void;
     fn redis_rlock_cancel_token_cancel(t: *const c_void);
@@ -174,6 +200,158 @@ fn a_cancel_token_ends_a_blocked_acquire_and_a_semaphore_wait() {
         redis_rlock_manager_free(m.0);
         redis_rlock_manager_free(holder.0);
     }
+}
+
+/// Starts a latch wait and a permit wait on `m` (the latch `latch` and the semaphore `permits`
+/// were set up to block them), each with `opts` (`token`: its cancel token, or NULL).
+fn spawn_latch_and_permit_waits(
+    m: Shared,
+    latch: &str,
+    permits: &str,
+    token: Shared,
+) -> [thread::JoinHandle<c_int>; 2] {
+    let (latch, permits) = (CString::new(latch).unwrap(), CString::new(permits).unwrap());
+    // SAFETY (both threads): a live manager, valid strings, options and out pointers.
+    let latch_wait = thread::spawn(move || {
+        let mut opts = unsafe { redis_rlock_wait_options_default() };
+        opts.cancel = token.get();
+        let mut opened = true;
+        let result = unsafe {
+            redis_rlock_count_down_latch_wait_with(m.get(), latch.as_ptr(), &opts, &mut opened)
+        };
+        assert!(opened, "left as it was on an error");
+        result
+    });
+    let permit_wait = thread::spawn(move || {
+        let mut opts = unsafe { redis_rlock_wait_options_default() };
+        opts.cancel = token.get();
+        let (mut id, mut acquired) = ([0 as c_char; 33], false);
+        unsafe {
+            redis_rlock_permit_expirable_semaphore_acquire_with(
+                m.get(),
+                permits.as_ptr(),
+                60_000,
+                &opts,
+                id.as_mut_ptr(),
+                &mut acquired,
+            )
+        }
+    });
+    [latch_wait, permit_wait]
+}
+
+/// Sets the latch `latch` to 1 and the semaphore `permits` to 0 permits: waits on them block.
+fn closed_latch_and_empty_semaphore(m: Shared, latch: &str, permits: &str) {
+    let (latch, permits) = (CString::new(latch).unwrap(), CString::new(permits).unwrap());
+    let mut set = false;
+    // SAFETY: a live manager, valid strings and out pointers.
+    unsafe {
+        assert_eq!(
+            redis_rlock_count_down_latch_try_set_count(m.0, latch.as_ptr(), 1, &mut set),
+            OK
+        );
+        assert!(set);
+        assert_eq!(
+            redis_rlock_permit_expirable_semaphore_try_set_permits(
+                m.0,
+                permits.as_ptr(),
+                0,
+                &mut set
+            ),
+            OK
+        );
+        assert!(set);
+    }
+}
+
+/// Whether some client is subscribed to `channel`.
+fn subscribed(conn: &mut redis::Connection, channel: &str) -> bool {
+    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(conn)
+        .unwrap();
+    counts.iter().any(|(_, n)| *n > 0)
+}
+
+/// The permits acquired of the permit-expirable semaphore `name`, and its free count.
+fn permits_of(conn: &mut redis::Connection, name: &str) -> (usize, Option<String>) {
+    let acquired: usize = redis::cmd("ZCARD")
+        .arg(format!("{{{name}}}:timeout"))
+        .query(conn)
+        .unwrap();
+    let free: Option<String> = redis::cmd("GET").arg(name).query(conn).unwrap();
+    (acquired, free)
+}
+
+#[test]
+fn a_cancel_token_ends_a_latch_wait_and_a_permit_wait() {
+    let server = RedisServer::start();
+    let m = manager(&server);
+    let mut conn = server.conn();
+    closed_latch_and_empty_semaphore(m, "c:latch", "c:pes");
+    // SAFETY (all calls below): live handles.
+    let token = Shared(unsafe { redis_rlock_cancel_token_new() });
+    let waits = spawn_latch_and_permit_waits(m, "c:latch", "c:pes", token);
+    assert!(eventually(SETTLE, || {
+        subscribed(&mut conn, "redisson_countdownlatch__channel__{c:latch}")
+            && subscribed(&mut conn, "redisson_sc:{c:pes}")
+    }));
+    let cancelled = Instant::now();
+    unsafe { redis_rlock_cancel_token_cancel(token.0) };
+    let [latch_wait, permit_wait] = waits;
+    expect_within(
+        "redis_rlock_count_down_latch_wait_with",
+        cancelled,
+        latch_wait,
+        CANCELLED,
+    );
+    expect_within(
+        "redis_rlock_permit_expirable_semaphore_acquire_with",
+        cancelled,
+        permit_wait,
+        CANCELLED,
+    );
+    assert_eq!(
+        permits_of(&mut conn, "c:pes"),
+        (0, Some("0".into())),
+        "nothing taken"
+    );
+    let count: String = redis::cmd("GET").arg("c:latch").query(&mut conn).unwrap();
+    assert_eq!(count, "1", "the latch is left as it was");
+    unsafe {
+        redis_rlock_cancel_token_free(token.0);
+        redis_rlock_manager_free(m.0);
+    }
+}
+
+#[test]
+fn a_shutdown_ends_a_latch_wait_and_a_permit_wait() {
+    let server = RedisServer::start();
+    let m = manager(&server);
+    let mut conn = server.conn();
+    closed_latch_and_empty_semaphore(m, "c:shut-latch", "c:shut-pes");
+    let no_token = Shared(ptr::null_mut());
+    let waits = spawn_latch_and_permit_waits(m, "c:shut-latch", "c:shut-pes", no_token);
+    assert!(eventually(SETTLE, || {
+        subscribed(
+            &mut conn,
+            "redisson_countdownlatch__channel__{c:shut-latch}",
+        ) && subscribed(&mut conn, "redisson_sc:{c:shut-pes}")
+    }));
+    let shut = Instant::now();
+    // SAFETY: a live manager.
+    unsafe { redis_rlock_manager_shutdown(m.0) };
+    let [latch_wait, permit_wait] = waits;
+    expect_within("latch wait (NULL token)", shut, latch_wait, SHUTDOWN);
+    expect_within("permit wait (NULL token)", shut, permit_wait, SHUTDOWN);
+    assert_eq!(
+        permits_of(&mut conn, "c:shut-pes"),
+        (0, Some("0".into())),
+        "nothing taken"
+    );
+    // SAFETY: a live manager, freed once.
+    unsafe { redis_rlock_manager_free(m.0) };
 }
 
 #[test]

@@ -303,7 +303,8 @@ fn permits_are_taken_released_extended_and_expire_through_c() {
             redis_rlock_permit_expirable_semaphore_release(m, n, id.as_ptr()),
             NOT_HELD
         );
-        assert!(last_error().contains("ffi:permits"), "{}", last_error());
+        let said = format!("permit {id:?} of semaphore \"ffi:permits\" is not acquired");
+        assert!(last_error().starts_with(&said), "{}", last_error());
         let result =
             redis_rlock_permit_expirable_semaphore_try_release(m, n, id.as_ptr(), &mut flag);
         assert_eq!(result, OK);

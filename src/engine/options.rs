@@ -195,8 +195,9 @@ impl Request {
 
 /// What a wait for a semaphore's permits or a latch's count asks for: how long to wait, and a
 /// [`CancelToken`] that ends the wait early. Taken by
-/// [`Semaphore::acquire_with`](crate::Semaphore::acquire_with) and
-/// [`CountDownLatch::wait_with`](crate::CountDownLatch::wait_with).
+/// [`Semaphore::acquire_with`](crate::Semaphore::acquire_with),
+/// [`PermitExpirableSemaphore::acquire_with`](crate::PermitExpirableSemaphore::acquire_with)
+/// and [`CountDownLatch::wait_with`](crate::CountDownLatch::wait_with).
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -15,11 +15,14 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cancel::CancelToken;
+use crate::engine::options::WaitOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kinds::counting::{deadline_after, wait_on_channel_or_timer, Look};
 use crate::kinds::semaphore::Semaphore;
 use crate::names::{check_cluster_name, check_name, permit_timeout_key, semaphore_channel};
+use crate::stop::Stop;
 use crate::store::scripts::Script;
 use crate::store::Op;
 
@@ -272,7 +275,7 @@ impl PermitExpirableSemaphore {
     /// A waiter sleeps until a release is announced or the nearest lease of an acquired
     /// permit ends, looking again once a second at the latest.
     pub fn acquire(&self, lease: Option<Duration>) -> Result<String> {
-        self.acquire_by(lease, None)
+        self.acquire_by(lease, None, None)
             .map(|id| id.expect("waits without limit"))
     }
 
@@ -281,18 +284,49 @@ impl PermitExpirableSemaphore {
     pub fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<String>> {
         self.engine()?;
         let deadline = deadline_after(wait)?;
-        self.acquire_by(lease, Some(deadline))
+        self.acquire_by(lease, Some(deadline), None)
+    }
+
+    /// Takes one permit as `options` say and returns its id: within its wait limit (none: as
+    /// long as it takes; `Duration::ZERO`: one attempt), unless its
+    /// [`CancelToken`](crate::CancelToken) is cancelled or the manager shut down first
+    /// ([`Error::Cancelled`], [`Error::Shutdown`]; a permit taken as the stop came is given
+    /// back). `None` when the wait passed. `lease` as in [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_rlock::{CancelToken, LockManager, WaitOptions};
+    /// # let manager = LockManager::new("redis://127.0.0.1/")?;
+    /// let token = CancelToken::new();
+    /// let slots = manager.get_permit_expirable_semaphore("render:slots");
+    /// // `token.cancel()` from another thread ends the wait with `Error::Cancelled`.
+    /// let options = WaitOptions::new().cancel_token(&token);
+    /// if let Some(id) = slots.acquire_with(Some(Duration::from_secs(60)), &options)? {
+    ///     // ... render ...
+    ///     slots.release(&id)?;
+    /// }
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn acquire_with(
+        &self,
+        lease: Option<Duration>,
+        options: &WaitOptions,
+    ) -> Result<Option<String>> {
+        self.engine()?;
+        let deadline = options.deadline()?;
+        self.acquire_by(lease, deadline, options.token())
     }
 
     /// Gives back the permit `id`. An id that is not acquired (never was, was released, or
-    /// its lease ended) is [`Error::NotHeld`], as Redisson's `release` throws; an id that is
-    /// not 32 hex characters is [`Error::InvalidArgument`].
+    /// its lease ended) is [`Error::PermitNotHeld`] ([`Error::is_not_held`]), as Redisson's
+    /// `release` throws; an id that is not 32 hex characters is [`Error::InvalidArgument`].
     pub fn release(&self, id: &str) -> Result<()> {
         if self.try_release(id)? {
             return Ok(());
         }
-        Err(Error::NotHeld {
-            name: format!("{} (permit {id})", self.name),
+        Err(Error::PermitNotHeld {
+            name: self.name.to_string(),
+            id: id.to_owned(),
         })
     }
 
@@ -384,38 +418,69 @@ impl PermitExpirableSemaphore {
         self.invoke(engine, Op::PermitSemaphoreCounts, &COUNTS, |_| {})
     }
 
-    /// Waits (until `deadline`; `None`: no limit) for one permit, under one id for the whole
-    /// wait: an attempt sent again after a lost reply finds the id it took and takes nothing
-    /// more.
+    /// Waits (until `deadline`; `None`: no limit; ended by `token` or the shutdown) for one
+    /// permit, under one id for the whole wait: an attempt sent again after a lost reply finds
+    /// the id it took and takes nothing more. A stopped call takes nothing: a permit taken as
+    /// the stop came is given back.
     fn acquire_by(
         &self,
         lease: Option<Duration>,
         deadline: Option<Instant>,
+        token: Option<&CancelToken>,
     ) -> Result<Option<String>> {
         let engine = self.engine()?;
         let lease_ms = lease
             .map(|lease| crate::limits::to_millis("lease", lease))
             .transpose()?;
         let raw = *uuid::Uuid::new_v4().as_bytes();
-        let stop = engine.stop(&self.name, None);
-        let channel = self.channel();
-        let taken =
-            wait_on_channel_or_timer(engine, &self.name, &channel, deadline, &stop, || {
-                let expiry = lease_ms.map_or(NO_EXPIRY, |ms| now_ms() + ms);
-                let reply: i64 =
-                    self.invoke(engine, Op::PermitSemaphoreAcquire, &ACQUIRE, |call| {
-                        call.arg(expiry).arg(&raw[..]).arg(NO_EXPIRY);
-                    })?;
-                Ok(match u64::try_from(reply) {
-                    Ok(0) => Look::Got,
-                    // The nearest lease ends then: look again 1 ms after (scores are inclusive).
-                    Ok(at) => Look::Wait(Some(Duration::from_millis(
-                        at.saturating_sub(now_ms()).saturating_add(1),
-                    ))),
-                    Err(_) => Look::Wait(None),
-                })
-            })?;
+        let stop = engine.stop(&self.name, token);
+        let taken = self.take(engine, &raw, lease_ms, deadline, &stop)?;
+        if let Err(err) = stop.check() {
+            if taken {
+                self.give_back_stopped(&raw);
+            }
+            return Err(err);
+        }
         Ok(taken.then(|| hex(&raw)))
+    }
+
+    /// The acquire script under the id `raw` until it takes a permit, the deadline or the stop.
+    fn take(
+        &self,
+        engine: &Engine,
+        raw: &[u8; 16],
+        lease_ms: Option<u64>,
+        deadline: Option<Instant>,
+        stop: &Stop,
+    ) -> Result<bool> {
+        let channel = self.channel();
+        wait_on_channel_or_timer(engine, &self.name, &channel, deadline, stop, || {
+            let expiry = lease_ms.map_or(NO_EXPIRY, |ms| now_ms() + ms);
+            let reply: i64 = self.invoke(engine, Op::PermitSemaphoreAcquire, &ACQUIRE, |call| {
+                call.arg(expiry).arg(&raw[..]).arg(NO_EXPIRY);
+            })?;
+            Ok(match u64::try_from(reply) {
+                Ok(0) => Look::Got,
+                // The nearest lease ends then: look again 1 ms after (scores are inclusive).
+                Ok(at) => Look::Wait(Some(Duration::from_millis(
+                    at.saturating_sub(now_ms()).saturating_add(1),
+                ))),
+                Err(_) => Look::Wait(None),
+            })
+        })
+    }
+
+    /// Releases the permit `raw` that a stopped wait took as the stop came (only logged when
+    /// that fails: the call reports its stop, and a leased permit comes back by itself).
+    fn give_back_stopped(&self, raw: &[u8; 16]) {
+        let id = hex(raw);
+        if let Err(err) = self.try_release(&id) {
+            log::warn!(
+                "permit-expirable semaphore {:?}: giving back permit {id}, taken as the wait \
+                 was stopped, failed: {err}",
+                self.name
+            );
+        }
     }
 
     /// Runs `script` (one of this file's) with the keys and `ARGV[1..2]` that every one of
