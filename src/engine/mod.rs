@@ -202,6 +202,13 @@ impl Engine {
         self.store.counters.snapshot()
     }
 
+    /// A redis-rs client for the master that serves `name` now.
+    pub(crate) fn master_client(&self, name: &str) -> Result<redis::Client> {
+        self.check_process()?;
+        let (pool, _) = self.store.topology().route(name)?;
+        Ok(pool.client().clone())
+    }
+
     pub(crate) fn eviction_policies(&self) -> &[EvictionPolicy] {
         &self.eviction
     }

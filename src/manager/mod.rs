@@ -319,6 +319,15 @@ impl LockManager {
         self.engine.health().wait_change(seen, timeout)
     }
 
+    /// A redis-rs client for the master that serves `name` now (on a cluster, its slot's;
+    /// with Sentinel, the current master), with this manager's credentials, database and TLS
+    /// settings: for reading a lock's keys with redis-rs directly, as the command line's
+    /// `status` does. Opening connections with it is the caller's business; none of this
+    /// manager's are used. Fails as acquires do when no master can be found.
+    pub fn master_client(&self, name: &str) -> Result<redis::Client> {
+        self.engine.master_client(name)
+    }
+
     /// Each master's eviction settings, as read when the manager was built (`CONFIG GET`,
     /// or `INFO memory` where `CONFIG` is refused). Where
     /// [`EvictionPolicy::evicts_locks`], a warning was logged then: an evicted lock is free
