@@ -98,6 +98,8 @@ struct Subscriber {
 
 struct State {
     health: Health,
+    /// The manager was shut down: waits end.
+    closed: bool,
     /// Changes so far: waiters look for a new one.
     changes: u64,
     subscribers: Vec<Subscriber>,
@@ -114,6 +116,7 @@ impl Default for HealthState {
         HealthState {
             state: Mutex::new(State {
                 health: Health::Healthy,
+                closed: false,
                 changes: 0,
                 subscribers: Vec::new(),
             }),
@@ -137,12 +140,19 @@ impl HealthState {
         receiver
     }
 
-    /// Waits up to `timeout` for a change, or returns at once when the state is not `seen`'s.
+    /// Ends every wait for a change, now and later (the manager was shut down).
+    pub(crate) fn close(&self) {
+        self.state.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `timeout` for a change, or returns at once when the state is not `seen`'s
+    /// (or the manager was shut down).
     pub(crate) fn wait_change(&self, seen: &Health, timeout: Duration) -> Health {
         let deadline = Instant::now().checked_add(timeout);
         let mut state = self.state.lock();
         let start = state.changes;
-        while state.health.same_state(seen) && state.changes == start {
+        while state.health.same_state(seen) && state.changes == start && !state.closed {
             match deadline {
                 Some(deadline) => {
                     if self.changed.wait_until(&mut state, deadline).timed_out() {

@@ -149,6 +149,7 @@ impl Engine {
     /// Ends every wait of this manager, now and later (see [`crate::LockManager::shutdown`]).
     pub(crate) fn shut_down(&self) {
         self.shutdown.cancel();
+        self.health.close();
     }
 
     pub(crate) fn is_shut_down(&self) -> bool {

@@ -313,8 +313,9 @@ impl LockManager {
 
     /// Waits up to `timeout` for the health to change, and returns it then (or at the
     /// timeout). Returns at once when the health is no longer in `seen`'s state (a change
-    /// made before the call). A state left and entered again before the call is not seen;
-    /// [`health_changes`](Self::health_changes) sees every change.
+    /// made before the call), and at once after [`shutdown`](Self::shutdown). A state left and
+    /// entered again before the call is not seen; [`health_changes`](Self::health_changes)
+    /// sees every change.
     pub fn wait_health_change(&self, seen: &Health, timeout: Duration) -> Health {
         self.engine.health().wait_change(seen, timeout)
     }
