@@ -206,3 +206,43 @@ fn a_build_during_client_pause_write_says_what_did_not_answer() {
         assert!(message.contains(part), "{part:?} not in {message:?}");
     }
 }
+
+#[test]
+fn where_neither_config_nor_info_answers_the_policy_is_unknown_and_the_build_goes_on() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"]);
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config", "-info",
+        ])
+        .query(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://app:secret@127.0.0.1:{}/", server.port());
+    let manager = LockManager::new(&url).unwrap();
+    let policies = manager.eviction_policies();
+    assert_eq!(policies[0].source, PolicySource::Unknown, "{policies:?}");
+    assert_eq!(policies[0].policy, None);
+    assert!(!manager.eviction_risk(), "unknown is no risk reported");
+    manager
+        .lock("health:unknown-policy")
+        .unwrap()
+        .unlock()
+        .unwrap();
+}
+
+#[test]
+fn a_cluster_reports_every_masters_policy() {
+    let cluster = support::cluster::RedisCluster::start();
+    let manager = LockManager::new(&cluster.url()).unwrap();
+    let policies = manager.eviction_policies();
+    let mut servers: Vec<u16> = policies
+        .iter()
+        .map(|p| p.server.rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    servers.sort();
+    let mut masters = cluster.master_ports();
+    masters.sort();
+    assert_eq!(servers, masters, "{policies:?}");
+    assert!(policies.iter().all(|p| p.source == PolicySource::Config));
+    assert!(!manager.eviction_risk());
+}
