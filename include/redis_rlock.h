@@ -105,6 +105,27 @@ typedef enum {
 } redis_rlock_result;
 
 /**
+ * Whether a manager's watchdog-renewed locks are being renewed, the C form of the Rust
+ * `Health` (its docs give every transition). The numbers are stable.
+ */
+typedef enum {
+  /**
+   * Every renewal answered (the state of a new manager).
+   */
+  REDIS_RLOCK_HEALTHY = 0,
+  /**
+   * Renewals are failing (Redis unreachable or too slow); no lock was lost yet: each
+   * guard's own lease says how long it has.
+   */
+  REDIS_RLOCK_SUSPENDED = 1,
+  /**
+   * A watchdog-renewed lock was lost (its lease ran out unrenewed, or a renewal found it
+   * gone); until a later renewal sweep answers in full and finds none gone.
+   */
+  REDIS_RLOCK_LOST = 2,
+} redis_rlock_health;
+
+/**
  * A cancellation flag: `redis_rlock_cancel_token_cancel` makes every call it was given to
  * (through `redis_rlock_lock_options.cancel` or `redis_rlock_wait_options.cancel`) return
  * `REDIS_RLOCK_CANCELLED` within milliseconds, holding nothing. A call given a token already
@@ -450,6 +471,47 @@ redis_rlock_result redis_rlock_fair_try_lock(redis_rlock_manager *m,
                                              const char *name,
                                              uint64_t wait_ms,
                                              redis_rlock_guard **out);
+
+/**
+ * Writes the health of `m` to `*out`. No I/O.
+ *
+ * Errors: `REDIS_RLOCK_INVALID_ARGUMENT` when `m` or `out` is NULL.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `out` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_manager_health(const redis_rlock_manager *m,
+                                              redis_rlock_health *out);
+
+/**
+ * Waits up to `timeout_ms` (`REDIS_RLOCK_WAIT_FOREVER`: no limit) for the health of `m` to
+ * change, and writes it to `*out` then, or at the timeout (check `*out` against `known`).
+ * Returns at once when the health is not `known` already. A state left and entered again
+ * before the call is not seen.
+ *
+ * Errors: `REDIS_RLOCK_INVALID_ARGUMENT` when `m` or `out` is NULL or `known` is no
+ * `redis_rlock_health`; `REDIS_RLOCK_SHUTDOWN` when `m` was shut down (the wait ends then,
+ * with `*out` written).
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `out` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_manager_health_wait(const redis_rlock_manager *m,
+                                                   int known,
+                                                   uint64_t timeout_ms,
+                                                   redis_rlock_health *out);
+
+/**
+ * Writes to `*out` whether some master of `m` may evict lock keys: a `volatile-*` or
+ * `allkeys-*` `maxmemory-policy` with `maxmemory` set, as read when `m` was created (an
+ * evicted lock is free for anyone). `false` when the policy could not be read. No I/O.
+ *
+ * Errors: `REDIS_RLOCK_INVALID_ARGUMENT` when `m` or `out` is NULL.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `out` is NULL or valid for a write.
+ */
+redis_rlock_result redis_rlock_manager_eviction_risk(const redis_rlock_manager *m, bool *out);
 
 /**
  * Acquires `name` as `opts` say (NULL: the defaults of `redis_rlock_lock_options_default`):

@@ -362,6 +362,7 @@ mod clock;
 mod engine;
 mod error;
 mod fork;
+mod health;
 mod kinds;
 mod limits;
 mod manager;
@@ -406,6 +407,7 @@ pub mod lua {
 pub use cancel::CancelToken;
 pub use engine::options::{AcquireOptions, Lease, WaitOptions};
 pub use error::{Error, Result};
+pub use health::{Health, HealthChange, HEALTH_CHANGES_CAPACITY};
 pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair_lock::FairLock;
 pub use kinds::lock::{Lock, LockGuard};
@@ -418,6 +420,7 @@ pub use manager::LockManager;
 pub use multi::multi_lock::{MultiLock, MultiLockGuard};
 pub use multi::red_lock::{RedLock, RedLockGuard};
 pub use stats::Stats;
+pub use store::eviction::{EvictionPolicy, PolicySource};
 pub use topology::pubsub_connection::PubSubProtocol;
 pub use topology::sharded_pubsub::ShardedPubSubMode;
 

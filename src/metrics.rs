@@ -29,11 +29,14 @@
 //! `grants_taken`, each as documented
 //! on [`Stats`]. Gauges of the moment: `redis_rlock_renewing_holds`
 //! ([`LockManager::renewing_count`]), `redis_rlock_queued_threads`
-//! ([`LockManager::queued_thread_count`]) and `redis_rlock_waiting_channels`
-//! ([`LockManager::waiting_channel_count`]).
+//! ([`LockManager::queued_thread_count`]), `redis_rlock_waiting_channels`
+//! ([`LockManager::waiting_channel_count`]), `redis_rlock_health` ([`LockManager::health`]: 0
+//! healthy, 1 suspended, 2 lost) and `redis_rlock_eviction_risk`
+//! ([`LockManager::eviction_risk`]: 1 or 0).
 
 use ::metrics::{Label, SharedString, Unit};
 
+use crate::health::Health;
 use crate::manager::LockManager;
 use crate::stats::Stats;
 
@@ -171,7 +174,20 @@ fn counters(stats: Stats) -> [CounterRow; 15] {
 /// One gauge: its name, description, and how to read it from a manager.
 type GaugeRow = (&'static str, &'static str, fn(&LockManager) -> usize);
 
-const GAUGES: [GaugeRow; 3] = [
+/// [`LockManager::health`] as a number: 0 healthy, 1 suspended, 2 lost.
+fn health_level(manager: &LockManager) -> usize {
+    match manager.health() {
+        Health::Suspended { .. } => 1,
+        Health::Lost { .. } => 2,
+        _ => 0,
+    }
+}
+
+fn eviction_risk(manager: &LockManager) -> usize {
+    usize::from(manager.eviction_risk())
+}
+
+const GAUGES: [GaugeRow; 5] = [
     (
         "redis_rlock_renewing_holds",
         "Holds the watchdog is renewing now.",
@@ -186,6 +202,16 @@ const GAUGES: [GaugeRow; 3] = [
         "redis_rlock_waiting_channels",
         "Lock channels local threads are waiting on now.",
         LockManager::waiting_channel_count,
+    ),
+    (
+        "redis_rlock_health",
+        "Whether locks are being renewed: 0 healthy, 1 suspended (renewals failing), 2 lost.",
+        health_level,
+    ),
+    (
+        "redis_rlock_eviction_risk",
+        "1 when some master's eviction policy may evict lock keys (read at start).",
+        eviction_risk,
     ),
 ];
 
@@ -218,7 +244,7 @@ impl MetricsExporter {
     }
 
     /// Sets every counter to the manager's total so far and every gauge to its value now.
-    /// No I/O: a snapshot of atomic counters and three short lock-protected reads, cheap enough
+    /// No I/O: a snapshot of atomic counters and a few short lock-protected reads, cheap enough
     /// for every scrape.
     pub fn export(&self) {
         for (name, _, _, value) in counters(self.manager.stats()) {

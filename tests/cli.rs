@@ -1002,3 +1002,83 @@ fn status_shows_a_permit_expirable_semaphores_permits_and_their_leases() {
         .unwrap();
     assert_eq!(raw, 3);
 }
+
+/// `status` takes the Sentinel and Cluster URL forms, as `run` and `unlock` do: it reads the
+/// lock where the manager found its master.
+#[test]
+fn status_reads_through_sentinel_and_cluster_urls() {
+    let sentinel = support::sentinel::RedisSentinel::start();
+    let hosts: Vec<String> = sentinel
+        .sentinel_urls()
+        .iter()
+        .map(|url| {
+            url.trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_owned()
+        })
+        .collect();
+    let sentinel_url = format!(
+        "redis-sentinel://{}#{}",
+        hosts.join(","),
+        sentinel.master_name()
+    );
+    let manager = sentinel.manager();
+    let guard = manager.lock("cli-status-sentinel").unwrap();
+    let out = output(redis_rlock_at(
+        &sentinel_url,
+        &["status", "cli-status-sentinel", "--json"],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let held: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(held["held"], true, "{held}");
+    let owner = held["owners"][0]["owner"].as_str().unwrap_or_default();
+    assert!(owner.starts_with(manager.client_id()), "{held}");
+    guard.unlock().unwrap();
+    drop(sentinel);
+
+    let cluster = support::cluster::RedisCluster::start();
+    let manager = LockManager::new(&cluster.url()).unwrap();
+    // A name on each master: each read must go to its own slot's master.
+    let mut names: Vec<(u16, String)> = Vec::new();
+    for i in 0..100 {
+        let name = format!("cli-status-cluster-{i}");
+        let master = cluster.master_for_slot(support::cluster::RedisCluster::slot_of(&name));
+        if names.iter().all(|(m, _)| *m != master) {
+            names.push((master, name));
+        }
+    }
+    assert_eq!(names.len(), cluster.master_ports().len(), "{names:?}");
+    for (_, name) in &names {
+        let guard = manager.lock(name).unwrap();
+        let out = output(redis_rlock_at(&cluster.url(), &["status", name]));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(manager.client_id()), "{name}: {text}");
+        guard.unlock().unwrap();
+    }
+}
+
+/// `status` warns on stderr when the server may evict lock keys; stdout keeps its form.
+#[test]
+fn status_warns_of_an_evicting_policy() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"]);
+    let out = output(redis_rlock(&server, &["status", "cli-evicting", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let stderr = stderr_of(&out);
+    assert!(
+        stderr.contains("volatile-lru") && stderr.contains("noeviction"),
+        "{stderr}"
+    );
+    let free: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(free["held"], false);
+    let quiet = output(redis_rlock(
+        &RedisServer::start(),
+        &["status", "cli-evicting"],
+    ));
+    assert!(
+        !stderr_of(&quiet).contains("evict"),
+        "{}",
+        stderr_of(&quiet)
+    );
+}

@@ -33,7 +33,9 @@ const COUNTERS: [&str; 15] = [
     "redis_rlock_yields_total",
 ];
 
-const GAUGES: [&str; 3] = [
+const GAUGES: [&str; 5] = [
+    "redis_rlock_eviction_risk",
+    "redis_rlock_health",
     "redis_rlock_queued_threads",
     "redis_rlock_renewing_holds",
     "redis_rlock_waiting_channels",
@@ -146,6 +148,8 @@ fn the_exporter_publishes_every_counter_and_gauge_with_its_labels_and_descriptio
     );
     assert_eq!(gauge(&metrics, "redis_rlock_renewing_holds"), 1.0);
     assert_eq!(gauge(&metrics, "redis_rlock_queued_threads"), 0.0);
+    assert_eq!(gauge(&metrics, "redis_rlock_health"), 0.0);
+    assert_eq!(gauge(&metrics, "redis_rlock_eviction_risk"), 0.0);
     held.unlock().unwrap();
 }
 

@@ -17,6 +17,7 @@ mod boundary;
 mod cancel;
 mod count_down_latch;
 mod fair_lock;
+mod health;
 mod lock;
 mod manager;
 mod permit_expirable_semaphore;

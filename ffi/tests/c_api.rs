@@ -227,3 +227,36 @@ fn a_manager_inherited_through_fork_is_refused_and_freed_cleanly_in_the_child() 
         "fork_child: the child was refused and freed cleanly, the parent kept its lock",
     );
 }
+
+#[test]
+fn the_health_goes_suspended_while_the_server_is_stopped_and_heals_after() {
+    use std::io::{BufRead, BufReader, Read};
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile_from("ffi/tests/c", "health", Link::Shared, &[], out.path());
+    let mut child = Command::new(&exe)
+        .arg(server.url())
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the health program");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next_line = || lines.next().and_then(|line| line.ok()).unwrap_or_default();
+    assert_eq!(next_line(), "READY");
+    server.freeze();
+    let suspended = next_line();
+    server.thaw();
+    assert_eq!(suspended, "SUSPENDED");
+    let last = next_line();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert_eq!(last, "health: 16 checks passed", "{stderr}");
+}

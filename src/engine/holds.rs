@@ -22,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{lease_deadline, BootInstant};
 use crate::engine::kind::LockKind;
+use crate::health::HealthState;
 use crate::names::LockKeys;
 use crate::stats::Counters;
 
@@ -191,19 +192,27 @@ pub(crate) struct Holds {
     /// The lease a renewal sets.
     timeout: Duration,
     counters: Arc<Counters>,
+    /// The manager's health, which the sweeps and the lease ends move.
+    health: Arc<HealthState>,
     /// The line passes a lost hold's turn on (a thread whose hold is gone must not keep the
     /// other local threads from asking Redis).
     on_lost: OnLost,
 }
 
 impl Holds {
-    pub(crate) fn new(timeout: Duration, counters: Arc<Counters>, on_lost: OnLost) -> Self {
+    pub(crate) fn new(
+        timeout: Duration,
+        counters: Arc<Counters>,
+        health: Arc<HealthState>,
+        on_lost: OnLost,
+    ) -> Self {
         Holds {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             period: timeout / 3,
             timeout,
             counters,
+            health,
             on_lost,
         }
     }
@@ -423,9 +432,11 @@ impl Holds {
             + (self.period / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
         let found = renewed.iter().filter(|r| **r == Some(true)).count();
         self.counters.renewed(found as u64);
-        if renewed.len() < sweep.batch.len() || renewed.contains(&None) {
+        let answered = renewed.len() >= sweep.batch.len() && !renewed.contains(&None);
+        if !answered {
             self.counters.renewal_failed();
         }
+        let mut found_gone = 0;
         let mut state = self.state.lock();
         for (i, key) in sweep.batch.into_iter().enumerate() {
             let Some(hold) = state.holds.get_mut(&key) else {
@@ -446,6 +457,7 @@ impl Holds {
                 Some(false) => {
                     hold.status.mark_lost();
                     self.counters.hold_lost();
+                    found_gone += 1;
                     log::warn!(
                         "lock {:?} was lost: the watchdog found no hold of its owner",
                         key.keys.name
@@ -456,6 +468,8 @@ impl Holds {
                 None => hold.due = Some(retry_at),
             }
         }
+        drop(state);
+        self.health.sweep_done(answered, found_gone);
     }
 
     /// Holds whose confirmed lease ran out without a confirmed renewal (Redis unreachable or
@@ -463,12 +477,16 @@ impl Holds {
     /// told, and they are not renewed any more.
     fn expire_overdue(&self, state: &mut State) {
         let now = BootInstant::now();
+        let mut renewals_failed = 0;
         state.holds.retain(|key, hold| {
             if hold.status.deadline() > now {
                 return true;
             }
             if hold.status.mark_lost() {
                 self.counters.hold_lost();
+                // A renewed hold (not past its `max_hold`) whose lease ran out: its renewals
+                // failed. A fixed lease ending is no failure.
+                renewals_failed += u64::from(hold.due.is_some());
                 log::warn!(
                     "lock {:?} is lost: its lease ran out without a confirmed renewal",
                     key.keys.name
@@ -477,6 +495,9 @@ impl Holds {
             (self.on_lost)(key);
             false
         });
+        if renewals_failed > 0 {
+            self.health.holds_lost(renewals_failed);
+        }
     }
 }
 
@@ -505,6 +526,7 @@ mod tests {
         let holds = Holds::new(
             Duration::from_millis(30),
             Arc::new(Counters::default()),
+            Arc::default(),
             Box::new(|_| {}),
         );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
@@ -539,6 +561,7 @@ mod tests {
         let holds = Holds::new(
             Duration::from_secs(30),
             Arc::new(Counters::default()),
+            Arc::default(),
             Box::new(|_| {}),
         );
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());

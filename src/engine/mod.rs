@@ -38,11 +38,13 @@ use crate::engine::options::Request;
 use crate::engine::watchdog::Watchdog;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
+use crate::health::HealthState;
 use crate::names::LockKeys;
 use crate::owner::{current_thread_number, owner_field};
 use crate::pubsub::subscriber::Subscriber;
 use crate::stats::Stats;
 use crate::stop::Stop;
+use crate::store::eviction::EvictionPolicy;
 use crate::store::LockStore;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
@@ -78,6 +80,10 @@ pub(crate) struct Engine {
     /// Held only to be dropped: its Drop stops and joins the renewal thread.
     _watchdog: Watchdog,
     holds: Arc<Holds>,
+    /// Moved by the watchdog thread (through the registry), read by anyone.
+    health: Arc<HealthState>,
+    /// Each master's eviction settings, as read at the start.
+    eviction: Vec<EvictionPolicy>,
     /// Shared with the registry, which passes a lost hold's turn on.
     line: Arc<Line>,
     store: Arc<LockStore>,
@@ -97,6 +103,7 @@ impl Engine {
         // Without channel rights every unlock would go unheard: refuse now, not at the first
         // release (docs/design/threads.md, "Starting a manager").
         crate::store::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;
+        let eviction = crate::store::eviction::read_policies(&store, config.response_timeout);
         let timeout = Duration::from_millis(config.watchdog_timeout_ms);
         let line = Arc::new(Line::new(config.renewal_period()));
         let on_lost = {
@@ -107,7 +114,13 @@ impl Engine {
                 }
             })
         };
-        let holds = Arc::new(Holds::new(timeout, Arc::clone(&store.counters), on_lost));
+        let health = Arc::new(HealthState::default());
+        let holds = Arc::new(Holds::new(
+            timeout,
+            Arc::clone(&store.counters),
+            Arc::clone(&health),
+            on_lost,
+        ));
         let thread_error = |source| Error::ThreadSpawn { source };
         let watchdog = Watchdog::start(
             Arc::clone(&holds),
@@ -122,6 +135,8 @@ impl Engine {
             subscriber,
             _watchdog: watchdog,
             holds,
+            health,
+            eviction,
             line,
             store,
             client_id,
@@ -134,6 +149,7 @@ impl Engine {
     /// Ends every wait of this manager, now and later (see [`crate::LockManager::shutdown`]).
     pub(crate) fn shut_down(&self) {
         self.shutdown.cancel();
+        self.health.close();
     }
 
     pub(crate) fn is_shut_down(&self) -> bool {
@@ -185,6 +201,21 @@ impl Engine {
 
     pub(crate) fn stats(&self) -> Stats {
         self.store.counters.snapshot()
+    }
+
+    /// A redis-rs client for the master that serves `name` now.
+    pub(crate) fn master_client(&self, name: &str) -> Result<redis::Client> {
+        self.check_process()?;
+        let (pool, _) = self.store.topology().route(name)?;
+        Ok(pool.client().clone())
+    }
+
+    pub(crate) fn eviction_policies(&self) -> &[EvictionPolicy] {
+        &self.eviction
+    }
+
+    pub(crate) fn health(&self) -> &HealthState {
+        &self.health
     }
 
     pub(crate) fn renewing_count(&self) -> usize {

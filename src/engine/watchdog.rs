@@ -3,7 +3,8 @@
 //! It asks the hold registry ([`crate::engine::holds`]) for the holds due, renews them all in one
 //! pipelined round trip (100 keys per script call), and tells the registry what it found.
 //! Between sweeps it sleeps on the registry's condition variable until the next renewal is due
-//! or a lease runs out, and sleeps without a timeout when nothing is held.
+//! or a lease runs out, and sleeps without a timeout when nothing is held. What the sweeps find
+//! also moves the manager's [`Health`](crate::Health) (through the registry).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::health::{Health, HealthChange};
 use crate::kinds::count_down_latch::CountDownLatch;
 use crate::kinds::fair_lock::FairLock;
 use crate::kinds::lock::{Lock, LockGuard};
@@ -19,6 +20,7 @@ use crate::kinds::semaphore::Semaphore;
 use crate::kinds::spin_lock::SpinLock;
 use crate::manager::builder::LockManagerBuilder;
 use crate::stats::Stats;
+use crate::store::eviction::EvictionPolicy;
 use crate::topology::endpoints::Endpoints;
 
 /// The entry point: a connection to one Redis deployment and the machinery shared by all its
@@ -280,6 +282,68 @@ impl LockManager {
     /// started: commands, round trips, renewal sweeps, lost holds.
     pub fn stats(&self) -> Stats {
         self.engine.stats()
+    }
+
+    /// Whether this manager's watchdog-renewed holds are being renewed: [`Health`] says what
+    /// each state means and when it changes. No I/O.
+    pub fn health(&self) -> Health {
+        self.engine.health().get()
+    }
+
+    /// A receiver of every later change of [`health`](Self::health), in order. Each call
+    /// makes a new receiver; dropping it unsubscribes. The watchdog never waits for a
+    /// receiver: one that falls behind keeps its first
+    /// [`HEALTH_CHANGES_CAPACITY`](crate::HEALTH_CHANGES_CAPACITY) changes,
+    /// the later ones are dropped, and the next change it has room for counts them in
+    /// [`HealthChange::missed`] (`health()` is always current).
+    ///
+    /// ```no_run
+    /// # let manager = redis_rlock::LockManager::new("redis://127.0.0.1/")?;
+    /// let changes = manager.health_changes();
+    /// std::thread::spawn(move || {
+    ///     for change in changes {
+    ///         eprintln!("lock renewals: {:?} -> {:?}", change.from, change.to);
+    ///     }
+    /// });
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn health_changes(&self) -> crossbeam_channel::Receiver<HealthChange> {
+        self.engine.health().subscribe()
+    }
+
+    /// Waits up to `timeout` for the health to change, and returns it then (or at the
+    /// timeout). Returns at once when the health is no longer in `seen`'s state (a change
+    /// made before the call), and at once after [`shutdown`](Self::shutdown). A state left and
+    /// entered again before the call is not seen; [`health_changes`](Self::health_changes)
+    /// sees every change.
+    pub fn wait_health_change(&self, seen: &Health, timeout: Duration) -> Health {
+        self.engine.health().wait_change(seen, timeout)
+    }
+
+    /// A redis-rs client for the master that serves `name` now (on a cluster, its slot's;
+    /// with Sentinel, the current master), with this manager's credentials, database and TLS
+    /// settings: for reading a lock's keys with redis-rs directly, as the command line's
+    /// `status` does. Opening connections with it is the caller's business; none of this
+    /// manager's are used. Fails as acquires do when no master can be found.
+    pub fn master_client(&self, name: &str) -> Result<redis::Client> {
+        self.engine.master_client(name)
+    }
+
+    /// Each master's eviction settings, as read when the manager was built (`CONFIG GET`,
+    /// or `INFO memory` where `CONFIG` is refused). Where
+    /// [`EvictionPolicy::evicts_locks`], a warning was logged then: an evicted lock is free
+    /// for anyone. No I/O.
+    pub fn eviction_policies(&self) -> Vec<EvictionPolicy> {
+        self.engine.eviction_policies().to_vec()
+    }
+
+    /// Whether some master may evict lock keys (see
+    /// [`eviction_policies`](Self::eviction_policies)). No I/O.
+    pub fn eviction_risk(&self) -> bool {
+        self.engine
+            .eviction_policies()
+            .iter()
+            .any(EvictionPolicy::evicts_locks)
     }
 
     /// How many threads are waiting in line behind another thread of this manager for the same

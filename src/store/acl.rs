@@ -90,6 +90,7 @@ fn check_on(
             Err(Error::Redis { source, .. }) if is_noperm(&source) => {
                 return Err(refused("PUBLISH", channel, &source));
             }
+            Err(err) if err.is_timeout() => return Err(unanswered(pool, channel, err)),
             Err(err) => return Err(err),
         }
     }
@@ -102,6 +103,20 @@ fn check_on(
             check_subscribe(pool, store, channels, response_timeout)
         }
         checked => checked,
+    }
+}
+
+/// The probe's PUBLISH got no reply in time: say which check, where, and the likely cause
+/// (a bare "publish timed out" tells a user nothing about starting a manager).
+fn unanswered(pool: &Pool, channel: &str, err: Error) -> Error {
+    Error::Nodes {
+        asked: format!(
+            "starting the manager: the check of the right to PUBLISH (on {channel:?}) got no \
+             reply from the master at {} in time; the server may have paused writes (CLIENT \
+             PAUSE, a failover in progress) or be stalled or overloaded",
+            pool.addr()
+        ),
+        tried: vec![(pool.addr().to_owned(), err)],
     }
 }
 

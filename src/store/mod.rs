@@ -34,6 +34,7 @@ use crate::topology::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::topology::Topology;
 
 pub(crate) mod acl;
+pub(crate) mod eviction;
 mod latches;
 mod reentrant;
 mod renewal;

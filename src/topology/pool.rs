@@ -154,6 +154,11 @@ impl Pool {
         }
     }
 
+    /// The redis-rs client the pool's connections are opened with.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// `host:port` of the server.
     pub(crate) fn addr(&self) -> &str {
         &self.addr

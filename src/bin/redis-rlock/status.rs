@@ -101,6 +101,21 @@ pub fn connect(url: &str, name: &str) -> Result<redis::Connection, Failure> {
         .map_err(|err| Failure::from_redis_error(err, name, url))
 }
 
+/// A plain connection to the master that serves `name`, as `manager` found it (any URL form:
+/// with Sentinel the current master, on a cluster the slot's), for what the library has no
+/// call for.
+pub fn connect_for(
+    manager: &LockManager,
+    url: &str,
+    name: &str,
+) -> Result<redis::Connection, Failure> {
+    manager
+        .master_client(name)
+        .map_err(|err| Failure::from_lock_error(err, url))?
+        .get_connection_with_timeout(CONNECT_TIMEOUT)
+        .map_err(|err| Failure::from_redis_error(err, name, url))
+}
+
 /// What `status` reads the key as (`--kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
@@ -122,6 +137,7 @@ pub enum Kind {
 pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failure> {
     let fail = |err| Failure::from_lock_error(err, url);
     let manager = LockManager::new(url).map_err(fail)?;
+    warn_of_eviction(&manager);
     match kind {
         Kind::Lock => lock_status(&manager, url, name, json),
         Kind::Semaphore => semaphore_status(&manager, url, name, json),
@@ -130,7 +146,9 @@ pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failu
         Kind::Auto => match lock_status(&manager, url, name, json) {
             // A string: Redisson keeps a semaphore's permits and a latch's count alike, as a
             // number at the key, so this is all that can be said without being told.
-            Err(failure) if failure.code == crate::exit::DATA && is_string(url, name)? => {
+            Err(failure)
+                if failure.code == crate::exit::DATA && is_string(&manager, url, name)? =>
+            {
                 number_status(&manager, url, name, json)
             }
             outcome => outcome,
@@ -138,9 +156,23 @@ pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failu
     }
 }
 
+/// A line on stderr per master whose eviction policy may evict lock keys (stdout keeps its
+/// form for scripts).
+fn warn_of_eviction(manager: &LockManager) {
+    for policy in manager.eviction_policies() {
+        if policy.evicts_locks() {
+            note!(
+                "warning: {policy}: Redis may evict lock keys when memory runs short, and an \
+                 evicted lock is free for anyone; set maxmemory-policy noeviction, or keep the \
+                 locks on a Redis of their own"
+            );
+        }
+    }
+}
+
 /// Whether the key holds a string (what `TYPE` says), for telling a number from a lock.
-fn is_string(url: &str, name: &str) -> Result<bool, Failure> {
-    let mut conn = connect(url, name)?;
+fn is_string(manager: &LockManager, url: &str, name: &str) -> Result<bool, Failure> {
+    let mut conn = connect_for(manager, url, name)?;
     let kind: String = redis::cmd("TYPE")
         .arg(name)
         .query(&mut conn)
@@ -184,7 +216,7 @@ fn semaphore_status(
         .map_err(|err| Failure::from_lock_error(err, url))?;
     let exists: bool = redis::cmd("EXISTS")
         .arg(name)
-        .query(&mut connect(url, name)?)
+        .query(&mut connect_for(manager, url, name)?)
         .map_err(|err| Failure::from_redis_error(err, name, url))?;
     if json {
         say!(
@@ -293,7 +325,7 @@ fn lock_status(manager: &LockManager, url: &str, name: &str, json: bool) -> Resu
     // The library's calls first: they refuse a bad name and a key that is not a lock.
     let held = lock.is_locked().map_err(fail)?;
     let ttl = lock.remaining_ttl().map_err(fail)?;
-    let mut conn = connect(url, name)?;
+    let mut conn = connect_for(manager, url, name)?;
     let redis_error = |err| Failure::from_redis_error(err, name, url);
     let (mut owners, mut mode) = (Vec::new(), None);
     if held {

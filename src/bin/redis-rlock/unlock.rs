@@ -33,7 +33,7 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
     let manager = LockManager::new(url).map_err(fail)?;
     let lock = manager.get_lock(name);
     if confirm {
-        if let Some(code) = ask_to_delete(&lock, url, name)? {
+        if let Some(code) = ask_to_delete(&manager, &lock, url, name)? {
             return Ok(code);
         }
     }
@@ -47,7 +47,12 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
 
 /// Shows what would be deleted and asks at the terminal. `Some(exit code)` when the unlock
 /// ends here: the lock is not held, or the answer was not yes.
-fn ask_to_delete(lock: &Lock, url: &str, name: &str) -> Result<Option<u8>, Failure> {
+fn ask_to_delete(
+    manager: &LockManager,
+    lock: &Lock,
+    url: &str,
+    name: &str,
+) -> Result<Option<u8>, Failure> {
     // Show what would be deleted; also refuses a key that is not a lock (another type, or
     // a hash of data) before asking.
     if !lock
@@ -57,7 +62,7 @@ fn ask_to_delete(lock: &Lock, url: &str, name: &str) -> Result<Option<u8>, Failu
         say!("lock {name:?} is not held; nothing to unlock");
         return Ok(Some(0));
     }
-    let snapshot = read_lock(url, name)?;
+    let snapshot = read_lock(manager, url, name)?;
     let mut stderr = std::io::stderr();
     let _ = write!(
         stderr,
@@ -75,8 +80,8 @@ fn ask_to_delete(lock: &Lock, url: &str, name: &str) -> Result<Option<u8>, Failu
 }
 
 /// Who holds the lock `name`; refuses a hash of data.
-fn read_lock(url: &str, name: &str) -> Result<Snapshot, Failure> {
-    let mut conn = status::connect(url, name)?;
+fn read_lock(manager: &LockManager, url: &str, name: &str) -> Result<Snapshot, Failure> {
+    let mut conn = status::connect_for(manager, url, name)?;
     let snapshot =
         Snapshot::read(&mut conn, name).map_err(|err| Failure::from_redis_error(err, name, url))?;
     if snapshot.is_data() {
