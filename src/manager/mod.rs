@@ -325,6 +325,10 @@ impl LockManager {
     /// settings: for reading a lock's keys with redis-rs directly, as the command line's
     /// `status` does. Opening connections with it is the caller's business; none of this
     /// manager's are used. Fails as acquires do when no master can be found.
+    ///
+    /// Hidden from the docs: it is the command line's, and a redis-rs type in the public API
+    /// would tie every redis-rs major version to ours.
+    #[doc(hidden)]
     pub fn master_client(&self, name: &str) -> Result<redis::Client> {
         self.engine.master_client(name)
     }
