@@ -25,6 +25,7 @@ pub(crate) mod options;
 pub(crate) mod outage;
 mod plan;
 mod release;
+mod runs;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use crate::engine::holds::{HoldKey, HoldStatus, Holds};
 use crate::engine::kind::LockKind;
 use crate::engine::line::Line;
 use crate::engine::options::Request;
+use crate::engine::runs::Runs;
 use crate::engine::watchdog::Watchdog;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
@@ -80,6 +82,8 @@ pub(crate) struct Engine {
     holds: Arc<Holds>,
     /// Shared with the registry, which passes a lost hold's turn on.
     line: Arc<Line>,
+    /// How long this manager's threads have kept each spin lock in a row.
+    runs: Runs,
     store: Arc<LockStore>,
     client_id: String,
     config: Config,
@@ -123,6 +127,7 @@ impl Engine {
             _watchdog: watchdog,
             holds,
             line,
+            runs: Runs::new(),
             store,
             client_id,
             config,
@@ -295,6 +300,9 @@ impl Engine {
         let (keys, thread, request) = (attempter.keys, attempter.thread, attempter.request);
         self.store.counters.acquired(waited);
         self.line.acquired(keys, thread, request.fixed);
+        if attempter.kind.spins() {
+            self.runs.acquired(keys);
+        }
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
         let status = self.holds.register(
