@@ -313,6 +313,10 @@ const CRITICAL_SECTION: Duration = Duration::from_millis(5);
 /// again (counted as a wait of this length).
 const GIVE_UP: Duration = Duration::from_secs(10);
 
+/// The share runs measure shares and waits on a 2-core machine: one at a time, or each would
+/// partly measure the other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// What one thread of a share run did.
 #[derive(Default, Debug)]
 struct Turns {
@@ -359,6 +363,8 @@ fn share_run(
     threads: usize,
     java: bool,
 ) -> Vec<Turns> {
+    // A failed run poisons the mutex; the next one must still run.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let parties = managers.len() * threads + usize::from(java) + 1;
     let start = Barrier::new(parties);
     let (stop, inside, overlaps) = (

@@ -577,13 +577,13 @@ impl Line {
             until: self.yield_deadline(),
             messages_expected,
         };
-        self.hold_back(keys, thread, until);
+        self.record_yield(keys, thread, until);
     }
 
     /// `thread` released its last hold without a local successor: the next local thread to
-    /// take the turn (the releasing one included) waits until `until` before attempting (a
-    /// yield, or a spin lock's gap).
-    pub(crate) fn hold_back(&self, keys: &Arc<LockKeys>, thread: u64, until: Yield) {
+    /// take the turn (the releasing one included) waits out `until` before attempting (a
+    /// yield, or a spin lock's gap, carried as a yield).
+    pub(crate) fn record_yield(&self, keys: &Arc<LockKeys>, thread: u64, until: Yield) {
         let mut turns = self.turns.lock();
         if turns.len() > SWEEP_ABOVE {
             let now = Instant::now();

@@ -163,7 +163,7 @@ impl Engine {
                     until,
                     messages_expected: 0,
                 };
-                self.line.hold_back(keys, thread, gap);
+                self.line.record_yield(keys, thread, gap);
                 return;
             }
             // After the reply, so that the next local thread's attempt finds it free.
