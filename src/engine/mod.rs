@@ -11,8 +11,9 @@
 //!
 //! What one acquire and one release do is decided in one place, [`plan`]; the steps are:
 //! [`acquire`] (the paths through the line), [`contend`] (the wait in Redis), [`grants`],
-//! and [`release`]. A lock kind is what [`LockKind`] says: how one attempt and one release
-//! are done and where releases are announced. Everything else is shared.
+//! and [`release`]; [`runs`] keeps a spin lock's local turns from shutting out other
+//! clients. A lock kind is what [`LockKind`] says: how one attempt and one release are done
+//! and where releases are announced. Everything else is shared.
 
 mod acquire;
 mod attempter;
