@@ -116,12 +116,15 @@
 //! # Ok::<(), redis_rlock::Error>(())
 //! ```
 //!
-//! None has the local line described below: the fair lock's queue orders local threads too,
-//! shared holds cannot take turns, and a spin lock's release has no message whose listeners
-//! it could count (so a handoff could keep other processes' pollers out): each handoff between
-//! threads of one manager is a pub/sub hop (for a spin lock, a poll). `docs/design/wire-format.md` ("Fair
-//! lock", "Spin lock" and "Read-write lock") has their keys, scripts and
-//! what differs from Redisson.
+//! The fair lock and the read-write lock have no local line (described below): the fair lock's
+//! queue orders local threads too, and shared holds cannot take turns; each handoff between
+//! threads of one manager is a pub/sub hop. The spin lock has the line without the handoff in
+//! the release (Redisson's script cannot acquire for anyone): threads of one manager take
+//! turns, only the first polls, and a release hands it the turn. Since nothing tells other
+//! processes' pollers of a release, a manager that has kept a spin lock for 0.2-2 s (adapting)
+//! leaves it free for 160 ms, longer than their back-off, so that they get in.
+//! `docs/design/wire-format.md` ("Fair lock", "Spin lock" and "Read-write lock") has their
+//! keys, scripts and what differs from Redisson.
 //!
 //! # Ownership and reentrancy
 //!

@@ -4,115 +4,14 @@
 
 mod support;
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_rlock::{AcquireOptions, CancelToken, Error, LockManager, Result};
+use support::redisson_spin::JavaSpinLock;
 use support::RedisServer;
-
-/// Redisson's `RedissonSpinLock.tryLockInnerAsync` (the same as `RedissonLock`'s): `KEYS[1]`
-/// lock, `ARGV[1]` lease ms, `ARGV[2]` owner field. Nil when acquired, else the PTTL.
-const REDISSON_SPIN_LOCK: &str = "if (redis.call('exists', KEYS[1]) == 0) then \
-    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-    redis.call('pexpire', KEYS[1], ARGV[1]); \
-    return nil; \
-    end; \
-    if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
-    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-    redis.call('pexpire', KEYS[1], ARGV[1]); \
-    return nil; \
-    end; \
-    return redis.call('pttl', KEYS[1]);";
-
-/// Redisson's `RedissonSpinLock.unlockInnerAsync`: `RedissonLock`'s unlock without the
-/// publish. `KEYS[1]` lock, `KEYS[2]` unlock latch; `ARGV[1]` lease ms, `ARGV[2]` owner field,
-/// `ARGV[3]` latch TTL ms.
-const REDISSON_SPIN_UNLOCK: &str = "local val = redis.call('get', KEYS[2]); \
-    if val ~= false then \
-    return tonumber(val);\
-    end; \
-    if (redis.call('hexists', KEYS[1], ARGV[2]) == 0) then \
-    return nil;\
-    end; \
-    local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1); \
-    if (counter > 0) then \
-    redis.call('pexpire', KEYS[1], ARGV[1]); \
-    redis.call('set', KEYS[2], 0, 'px', ARGV[3]); \
-    return 0; \
-    else \
-    redis.call('del', KEYS[1]); \
-    redis.call('set', KEYS[2], 1, 'px', ARGV[3]); \
-    return 1; \
-    end; ";
-
-/// A Java thread's `RSpinLock`, as raw scripts (sent with EVAL; ours go with EVALSHA).
-struct JavaSpinLock {
-    conn: redis::Connection,
-    owner: String,
-}
-
-impl JavaSpinLock {
-    fn new(server: &RedisServer, thread_id: u64) -> Self {
-        JavaSpinLock {
-            conn: server.conn(),
-            owner: format!("0b7c6f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f:{thread_id}"),
-        }
-    }
-
-    /// One `tryAcquire` with the 30 s watchdog lease: `None` when acquired, else the PTTL.
-    fn attempt(&mut self, name: &str) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(REDISSON_SPIN_LOCK)
-            .arg(1)
-            .arg(name)
-            .arg(30_000)
-            .arg(&self.owner)
-            .query(&mut self.conn)
-            .expect("Redisson's lock script")
-    }
-
-    /// `tryLock(wait)`: attempts with Redisson's `ExponentialBackOffPolicy` between them (its
-    /// random 0 to n - 1 ms of jitter at the n-th doubling is n / 2 here).
-    fn try_lock(&mut self, name: &str, wait: Duration) -> bool {
-        let started = Instant::now();
-        let (mut next, mut fails) = (1u64, 0u64);
-        loop {
-            if self.attempt(name).is_none() {
-                return true;
-            }
-            if started.elapsed() >= wait {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(next));
-            if next < 128 {
-                fails += 1;
-                next = (next * 2 + fails / 2).min(128);
-            }
-        }
-    }
-
-    /// `unlock()`: Redisson's reply (nil: not the owner, 0: still held, 1: released).
-    fn unlock(&mut self, name: &str) -> Option<i64> {
-        let latch = format!("redisson_unlock_latch:{{{name}}}:{}", uuid_hex());
-        redis::cmd("EVAL")
-            .arg(REDISSON_SPIN_UNLOCK)
-            .arg(2)
-            .arg(name)
-            .arg(latch)
-            .arg(30_000)
-            .arg(&self.owner)
-            .arg(13_500)
-            .query(&mut self.conn)
-            .expect("Redisson's unlock script")
-    }
-}
-
-/// A request id for a latch: 32 hex digits, unique enough for one test.
-fn uuid_hex() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    format!("{:032x}", now.unwrap().as_nanos())
-}
 
 fn channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
@@ -132,7 +31,7 @@ fn lock_channels(conn: &mut redis::Connection) -> usize {
 fn a_java_spin_release_is_found_within_the_back_off_cap_without_a_subscription() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
-    let mut java = JavaSpinLock::new(&server, 1);
+    let mut java = JavaSpinLock::new(server.conn(), 1);
     assert_eq!(java.attempt("spin:stock"), None, "Java takes the lock");
     let mut conn = server.conn();
     let polls_before = support::command_calls(&mut conn, "evalsha");
@@ -186,7 +85,7 @@ fn our_release_publishes_nothing_and_a_java_poller_gets_the_lock() -> Result<()>
 
     let (polling_tx, polling) = mpsc::channel();
     let java = {
-        let mut java = JavaSpinLock::new(&server, 9);
+        let mut java = JavaSpinLock::new(server.conn(), 9);
         std::thread::spawn(move || {
             assert!(java.attempt("spin:report").is_some(), "ours holds it");
             polling_tx.send(()).unwrap();
@@ -243,7 +142,7 @@ fn reentrancy_and_owner_checks_as_for_a_lock() -> Result<()> {
     assert!(thread.parse::<u64>().is_ok(), "{owner}");
 
     // Java is not the owner: its unlock changes nothing, its attempt waits.
-    let mut java = JavaSpinLock::new(&server, 3);
+    let mut java = JavaSpinLock::new(server.conn(), 3);
     assert_eq!(java.unlock("spin:owner"), None);
     assert!(java.attempt("spin:owner").is_some());
     std::thread::scope(|s| {
@@ -281,7 +180,7 @@ fn reentrancy_and_owner_checks_as_for_a_lock() -> Result<()> {
 }
 
 #[test]
-fn threads_of_one_manager_poll_for_themselves() -> Result<()> {
+fn a_waiting_thread_polls_without_a_subscription() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
     let spin = manager.get_spin_lock("spin:local");
@@ -297,7 +196,8 @@ fn threads_of_one_manager_poll_for_themselves() -> Result<()> {
             guard.unlock()
         })
     };
-    // The other thread polls Redis itself (no turn in-process, no subscription).
+    // The other thread has the turn (the lock was taken before it came) and polls Redis
+    // itself, subscribed to nothing.
     assert!(support::eventually(Duration::from_secs(10), || {
         support::command_calls(&mut conn, "evalsha") >= polls_before + 6
     }));
@@ -352,7 +252,7 @@ fn the_watchdog_renews_a_spin_lock() -> Result<()> {
 fn a_spin_waiter_is_cancelled_at_once() -> Result<()> {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url())?;
-    let mut java = JavaSpinLock::new(&server, 5);
+    let mut java = JavaSpinLock::new(server.conn(), 5);
     assert_eq!(java.attempt("spin:cancel"), None);
     let token = CancelToken::new();
     let started = Instant::now();
@@ -402,4 +302,196 @@ fn bad_input_is_a_clear_error() -> Result<()> {
     let kept: String = conn.get("spin:bad").unwrap();
     assert_eq!(kept, "somebody's data", "left alone");
     Ok(())
+}
+
+/// How long the share runs below last, and their critical section: a sleep (on 2 cores,
+/// spinning threads would starve redis-server instead of measuring the lock), long enough
+/// that a poller seldom finds the lock free between a release and its holder's next acquire.
+const SHARE_RUN: Duration = Duration::from_secs(8);
+const CRITICAL_SECTION: Duration = Duration::from_millis(5);
+/// How long a thread of a share run waits for one acquisition before it gives up and asks
+/// again (counted as a wait of this length).
+const GIVE_UP: Duration = Duration::from_secs(10);
+
+/// The share runs measure shares and waits on a 2-core machine: one at a time, or each would
+/// partly measure the other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// What one thread of a share run did.
+#[derive(Default, Debug)]
+struct Turns {
+    acquisitions: u64,
+    worst_wait: Duration,
+}
+
+/// Loops `lock → critical section → unlock` on `name` until `stop`, with an "inside" flag
+/// that must be clear on entry (`overlaps` counts the times it was not).
+fn spin_worker(
+    spin: &redis_rlock::SpinLock,
+    start: &Barrier,
+    stop: &AtomicBool,
+    inside: &AtomicBool,
+    overlaps: &AtomicU64,
+) -> Turns {
+    let mut turns = Turns::default();
+    start.wait();
+    while !stop.load(SeqCst) {
+        let asked = Instant::now();
+        let Some(guard) = spin.try_lock(GIVE_UP).expect("try_lock") else {
+            turns.worst_wait = turns.worst_wait.max(asked.elapsed());
+            continue;
+        };
+        turns.worst_wait = turns.worst_wait.max(asked.elapsed());
+        if inside.swap(true, SeqCst) {
+            overlaps.fetch_add(1, SeqCst);
+        }
+        std::thread::sleep(CRITICAL_SECTION);
+        inside.store(false, SeqCst);
+        turns.acquisitions += 1;
+        guard.unlock().expect("unlock");
+    }
+    turns
+}
+
+/// `threads` threads in each of `managers` on one spin lock for [`SHARE_RUN`], and maybe a
+/// Redisson poller (`java`: raw scripts, Redisson's back-off, 10 ms outside the lock between
+/// its acquisitions). Returns every thread's turns, managers' threads first, Java's last.
+fn share_run(
+    server: &RedisServer,
+    name: &str,
+    managers: &[LockManager],
+    threads: usize,
+    java: bool,
+) -> Vec<Turns> {
+    // A failed run poisons the mutex; the next one must still run.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let parties = managers.len() * threads + usize::from(java) + 1;
+    let start = Barrier::new(parties);
+    let (stop, inside, overlaps) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicU64::new(0),
+    );
+    let turns = std::thread::scope(|s| {
+        let mut handles: Vec<_> = managers
+            .iter()
+            .flat_map(|manager| (0..threads).map(move |_| manager.get_spin_lock(name)))
+            .map(|spin| {
+                let (start, stop, inside, overlaps) = (&start, &stop, &inside, &overlaps);
+                s.spawn(move || spin_worker(&spin, start, stop, inside, overlaps))
+            })
+            .collect();
+        if java {
+            let mut java = JavaSpinLock::new(server.conn(), 77);
+            let (start, stop, inside, overlaps) = (&start, &stop, &inside, &overlaps);
+            handles.push(s.spawn(move || {
+                let mut turns = Turns::default();
+                start.wait();
+                while !stop.load(SeqCst) {
+                    let asked = Instant::now();
+                    let got = java.try_lock(name, GIVE_UP);
+                    turns.worst_wait = turns.worst_wait.max(asked.elapsed());
+                    if !got {
+                        continue;
+                    }
+                    if inside.swap(true, SeqCst) {
+                        overlaps.fetch_add(1, SeqCst);
+                    }
+                    std::thread::sleep(CRITICAL_SECTION);
+                    inside.store(false, SeqCst);
+                    turns.acquisitions += 1;
+                    assert_eq!(java.unlock(name), Some(1));
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                turns
+            }));
+        }
+        start.wait();
+        std::thread::sleep(SHARE_RUN);
+        stop.store(true, SeqCst);
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("share thread"))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(overlaps.load(SeqCst), 0, "two holders at once");
+    turns
+}
+
+fn managers(server: &RedisServer, n: usize) -> Vec<LockManager> {
+    (0..n)
+        .map(|_| LockManager::new(&server.url()).expect("manager"))
+        .collect()
+}
+
+/// Issue 29: 16 threads in 2 managers looping on one spin lock, one thread got 394 of 411
+/// acquisitions and the others 1 each. Every thread must get a share now: threads of one
+/// manager take turns, and a manager that kept the lock a while leaves it free for a
+/// back-off's length, so the other manager's poller gets in. (Fair would be 6.25 % each;
+/// 1 % leaves room for a loaded machine.)
+#[test]
+fn sixteen_threads_in_two_managers_each_get_a_share() {
+    let server = RedisServer::start();
+    let managers = managers(&server, 2);
+    let turns = share_run(&server, "spin:share", &managers, 8, false);
+    let counts: Vec<u64> = turns.iter().map(|t| t.acquisitions).collect();
+    let total: u64 = counts.iter().sum();
+    let worst = turns.iter().map(|t| t.worst_wait).max().unwrap();
+    let per_manager: Vec<u64> = counts.chunks(8).map(|c| c.iter().sum()).collect();
+    println!(
+        "2 managers x 8 threads, {SHARE_RUN:?}: {counts:?} (per manager {per_manager:?}), \
+         worst wait {worst:?}"
+    );
+    let least = *counts.iter().min().unwrap();
+    assert!(
+        least >= 3 && least as f64 >= total as f64 * 0.01,
+        "a thread got {least} of {total} acquisitions: {counts:?}"
+    );
+    // Threads of one manager take turns: first come, first served.
+    for threads in counts.chunks(8) {
+        let (min, max) = (threads.iter().min().unwrap(), threads.iter().max().unwrap());
+        assert!(min * 2 >= *max, "one manager's threads got {threads:?}");
+    }
+}
+
+/// A Redisson client polling with its own back-off (raw scripts) still gets the spin lock
+/// while two managers' threads loop on it.
+#[test]
+fn a_redisson_poller_gets_in_against_two_busy_managers() {
+    let server = RedisServer::start();
+    let managers = managers(&server, 2);
+    let turns = share_run(&server, "spin:java", &managers, 4, true);
+    let counts: Vec<u64> = turns.iter().map(|t| t.acquisitions).collect();
+    let java = turns.last().unwrap();
+    println!(
+        "2 managers x 4 threads + a Redisson poller, {SHARE_RUN:?}: {counts:?}, the poller's \
+         worst wait {:?}",
+        java.worst_wait
+    );
+    assert!(
+        java.acquisitions >= 3,
+        "the Redisson poller got {} acquisitions: {counts:?}",
+        java.acquisitions
+    );
+    let least = *counts.iter().min().unwrap();
+    assert!(least >= 3, "a thread got {least}: {counts:?}");
+}
+
+/// One thread in each of two managers, each taking the lock again at once after its unlock:
+/// the one that releases has nobody queued behind it, so the end of its run is kept in the
+/// line for its own next acquire, which waits out the gap while the other polls. (Before the
+/// gaps this shape was unfair but did not starve: 1161 against 306 in one run.)
+#[test]
+fn two_managers_of_one_thread_each_take_turns() {
+    let server = RedisServer::start();
+    let managers = managers(&server, 2);
+    let turns = share_run(&server, "spin:pair", &managers, 1, false);
+    let counts: Vec<u64> = turns.iter().map(|t| t.acquisitions).collect();
+    let worst = turns.iter().map(|t| t.worst_wait).max().unwrap();
+    println!("2 managers x 1 thread, {SHARE_RUN:?}: {counts:?}, worst wait {worst:?}");
+    let (least, total) = (*counts.iter().min().unwrap(), counts.iter().sum::<u64>());
+    assert!(
+        least >= 3 && least * 10 >= total,
+        "a manager got {least} of {total} acquisitions: {counts:?}"
+    );
 }

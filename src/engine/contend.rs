@@ -65,7 +65,7 @@ impl Engine {
             return attempter.outage.at_deadline();
         }
         if plan.listen == Listen::Spin {
-            return self.spin(stop, attempter);
+            return self.spin(start, stop, attempter);
         }
         let channel = attempter.kind.channel(attempter.keys, &attempter.owner);
         let subscription = self.subscriber.subscribe(&channel, deadline, stop);
@@ -243,9 +243,15 @@ impl Engine {
 
     /// The wait of a kind whose releases are silent (a spin lock): no subscription, no
     /// message; sleep Redisson's spin back-off (at most the wait left), attempt, and repeat
-    /// (the caller made the first attempt). An outage is ridden out as in
+    /// (the caller made the first attempt, unless it starts with a gap: see
+    /// [`wait_out_gap`](Self::wait_out_gap)). An outage is ridden out as in
     /// [`wait_in_redis`](Self::wait_in_redis); the stop ends a sleep at once.
-    fn spin(&self, stop: &Stop, attempter: &mut Attempter<'_>) -> Result<bool> {
+    fn spin(&self, start: Contention, stop: &Stop, attempter: &mut Attempter<'_>) -> Result<bool> {
+        if let Contention::Yield(gap) = start {
+            if self.wait_out_gap(gap, stop, attempter)? {
+                return Ok(true);
+            }
+        }
         let mut backoff = SpinBackoff::new(attempter.thread);
         loop {
             let mut sleep = backoff.next();
@@ -263,6 +269,32 @@ impl Engine {
                 // Looked at again after the next back-off (at most 128 ms).
                 Err(err) => attempter.outage.ride_out(&attempter.keys.name, err)?,
             }
+        }
+    }
+
+    /// A spin lock's gap (see `crate::engine::runs`): sleeps until it ends (or the wait's
+    /// deadline, or the stop), then attempts once, and tells the runs whether someone else
+    /// took the lock meanwhile. `Ok(true)` when this attempt took it.
+    fn wait_out_gap(&self, gap: Yield, stop: &Stop, attempter: &mut Attempter<'_>) -> Result<bool> {
+        let until = attempter
+            .request
+            .deadline
+            .map_or(gap.until, |d| d.min(gap.until));
+        stop.sleep(until.saturating_duration_since(Instant::now()))?;
+        match attempter.attempt() {
+            Ok(Attempt::Acquired { .. }) => {
+                self.runs.gap_outcome(true);
+                Ok(true)
+            }
+            Ok(Attempt::HeldByOther(_)) => {
+                self.runs.gap_outcome(false);
+                attempter.outage.over();
+                Ok(false)
+            }
+            Err(err) => attempter
+                .outage
+                .ride_out(&attempter.keys.name, err)
+                .map(|()| false),
         }
     }
 }

@@ -218,6 +218,9 @@ pub(crate) enum Handed {
     Yield { messages_expected: u64 },
     /// Only the turn (the successor attempts at once).
     Turn,
+    /// Only the turn, and no attempt before then: a spin lock's gap for other clients'
+    /// pollers (see `crate::engine::runs`).
+    Gap(Instant),
     /// The release asked for the lock in the successor's name at that time, but its outcome
     /// is unknown.
     Unknown(BootInstant),
@@ -550,6 +553,12 @@ impl Line {
                 }),
             },
             Handed::Turn => Entry::Turn { yielding: None },
+            Handed::Gap(until) => Entry::Turn {
+                yielding: Some(Yield {
+                    until,
+                    messages_expected: 0,
+                }),
+            },
             Handed::Unknown(sent) => Entry::Unconfirmed { sent },
         };
         queued.hand_turn(entry);
@@ -568,6 +577,13 @@ impl Line {
             until: self.yield_deadline(),
             messages_expected,
         };
+        self.record_yield(keys, thread, until);
+    }
+
+    /// `thread` released its last hold without a local successor: the next local thread to
+    /// take the turn (the releasing one included) waits out `until` before attempting (a
+    /// yield, or a spin lock's gap, carried as a yield).
+    pub(crate) fn record_yield(&self, keys: &Arc<LockKeys>, thread: u64, until: Yield) {
         let mut turns = self.turns.lock();
         if turns.len() > SWEEP_ABOVE {
             let now = Instant::now();

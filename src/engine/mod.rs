@@ -11,8 +11,9 @@
 //!
 //! What one acquire and one release do is decided in one place, [`plan`]; the steps are:
 //! [`acquire`] (the paths through the line), [`contend`] (the wait in Redis), [`grants`],
-//! and [`release`]. A lock kind is what [`LockKind`] says: how one attempt and one release
-//! are done and where releases are announced. Everything else is shared.
+//! and [`release`]; [`runs`] keeps a spin lock's local turns from shutting out other
+//! clients. A lock kind is what [`LockKind`] says: how one attempt and one release are done
+//! and where releases are announced. Everything else is shared.
 
 mod acquire;
 mod attempter;
@@ -25,6 +26,7 @@ pub(crate) mod options;
 pub(crate) mod outage;
 mod plan;
 mod release;
+mod runs;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;
@@ -35,6 +37,7 @@ use crate::engine::holds::{HoldKey, HoldStatus, Holds};
 use crate::engine::kind::LockKind;
 use crate::engine::line::Line;
 use crate::engine::options::Request;
+use crate::engine::runs::Runs;
 use crate::engine::watchdog::Watchdog;
 use crate::error::{Error, Result};
 use crate::fork::Origin;
@@ -86,6 +89,8 @@ pub(crate) struct Engine {
     eviction: Vec<EvictionPolicy>,
     /// Shared with the registry, which passes a lost hold's turn on.
     line: Arc<Line>,
+    /// How long this manager's threads have kept each spin lock in a row.
+    runs: Runs,
     store: Arc<LockStore>,
     client_id: String,
     config: Config,
@@ -138,6 +143,7 @@ impl Engine {
             health,
             eviction,
             line,
+            runs: Runs::new(),
             store,
             client_id,
             config,
@@ -326,6 +332,9 @@ impl Engine {
         let (keys, thread, request) = (attempter.keys, attempter.thread, attempter.request);
         self.store.counters.acquired(waited);
         self.line.acquired(keys, thread, request.fixed);
+        if attempter.kind.spins() {
+            self.runs.acquired(keys);
+        }
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
         let status = self.holds.register(

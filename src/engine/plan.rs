@@ -107,6 +107,8 @@ impl AcquirePlan {
 pub(crate) struct ReleaseFacts {
     /// The kind takes turns in the local line.
     pub(crate) uses_line: bool,
+    /// The kind's releases are silent and its script takes no successor (a spin lock).
+    pub(crate) spins: bool,
     /// The released hold was renewed by the watchdog (no fixed lease).
     pub(crate) renewed: bool,
     /// The released hold's lease.
@@ -156,8 +158,9 @@ pub(crate) fn plan_release(facts: &ReleaseFacts) -> ReleasePlan {
     // Some successors acquire themselves: a fenced one wants its own token, and with replica
     // sync an acquire must be acknowledged by a replica or rolled back, which only the
     // acquiring thread's own attempt does (a release's WAIT failing cannot fail it).
+    // A spin lock's release is Redisson's script, which cannot acquire for anyone.
     let acquire_for_successor =
-        facts.successor_may_acquire == Some(true) && !facts.waits_for_replicas;
+        facts.successor_may_acquire == Some(true) && !facts.waits_for_replicas && !facts.spins;
     // Only a last release sends an unlock message for the listener to hear.
     let own = last && facts.listening;
     // Who may hear the unlock without the lock being left to them: this manager's own
@@ -286,6 +289,7 @@ mod tests {
     fn last_release(waits_for_replicas: bool) -> ReleaseFacts {
         ReleaseFacts {
             uses_line: true,
+            spins: false,
             renewed: true,
             lease_ms: 30_000,
             watchdog_ms: 30_000,
@@ -331,6 +335,12 @@ mod tests {
             ..last_release(false)
         });
         assert!(!plan.acquire_for_successor, "nobody to acquire for");
+        // A spin lock: the successor gets only the turn.
+        let plan = plan_release(&ReleaseFacts {
+            spins: true,
+            ..last_release(false)
+        });
+        assert!(!plan.acquire_for_successor, "Redisson's spin release");
     }
 
     #[test]

@@ -4,13 +4,13 @@
 //! waits for it (see [`crate::engine::line`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::plan::{plan_release, ReleaseFacts, ReleasePlan};
 use super::{Engine, Held};
 use crate::clock::BootInstant;
 use crate::engine::holds::{HoldsLeft, Unregistered};
-use crate::engine::line::{Handed, Successor};
+use crate::engine::line::{Handed, Successor, Yield};
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
 use crate::owner::owner_field;
@@ -46,6 +46,7 @@ impl Engine {
         // Asked only where the plan reads them: a release is on the hot path.
         let plan = plan_release(&ReleaseFacts {
             uses_line: kind.uses_line(),
+            spins: kind.spins(),
             renewed: held.renewed,
             lease_ms: held.lease_ms,
             watchdog_ms: self.config.watchdog_timeout_ms,
@@ -129,6 +130,7 @@ impl Engine {
     /// Passes the lock, or the turn, on to whoever here waits for it.
     fn pass_on(&self, sent: &Sent<'_>, successor: Option<Successor>, outcome: &Result<Release>) {
         let (keys, thread) = (sent.keys, sent.held.thread);
+        let gap = self.spin_gap(sent, outcome);
         if let Some(successor) = successor {
             let handed = match outcome {
                 Ok(Release::HandedOver) => Handed::Lock(sent.at),
@@ -141,7 +143,7 @@ impl Engine {
                 {
                     Handed::Unknown(sent.at)
                 }
-                _ => Handed::Turn,
+                _ => gap.map_or(Handed::Turn, Handed::Gap),
             };
             self.line.hand_over(successor, handed);
             return;
@@ -156,6 +158,14 @@ impl Engine {
                     .yield_to_others(keys, thread, sent.plan.messages_expected);
                 return;
             }
+            if let Some(until) = gap {
+                let gap = Yield {
+                    until,
+                    messages_expected: 0,
+                };
+                self.line.record_yield(keys, thread, gap);
+                return;
+            }
             // After the reply, so that the next local thread's attempt finds it free.
             self.line.leave(keys, thread);
         }
@@ -163,5 +173,15 @@ impl Engine {
             // Nobody else heard: a local waiter goes first, without the pub/sub hop.
             self.subscriber.wake_one(sent.channel);
         }
+    }
+
+    /// The end of a spin lock's run, if this last release ends it: nobody here attempts
+    /// before then, so that other clients' pollers get in (see `crate::engine::runs`).
+    fn spin_gap(&self, sent: &Sent<'_>, outcome: &Result<Release>) -> Option<Instant> {
+        if !(sent.plan.last && sent.held.kind.spins()) {
+            return None;
+        }
+        let freed = matches!(outcome, Ok(Release::Released));
+        self.runs.released(sent.keys, freed)
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod redisson_spin;
 pub mod sentinel;
 
 use std::collections::HashMap;
