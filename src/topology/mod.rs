@@ -481,8 +481,8 @@ impl Topology {
                 return Err(self.nodes.first_reply_timeout(&self.nodes.template))
             }
             Err(source) => match Error::from_command("connecting", "", source) {
-                // A user without the right to ROLE (an ACL without @admin) can still
-                // lock: replica sync is then off for this server.
+                // A user allowed neither INFO nor ROLE (an ACL) can still lock: replica
+                // sync is then off for this server.
                 Error::Redis { source, .. } if source.code().is_some() => {
                     log::info!(
                         "cannot count the server's replicas ({source}); acquires will not \
