@@ -7,7 +7,7 @@
 //! answers. Pools of masters that stay masters are kept across maps, so a refresh costs no
 //! connections. Discovery asks the deployment itself: `CLUSTER SLOTS` on any node (known
 //! masters first, then the seeds) or `SENTINEL get-master-addr-by-name` on each sentinel in
-//! turn, confirmed by the master's own `ROLE`.
+//! turn, confirmed by the master's own `INFO replication` (see `replica_count`).
 
 pub(crate) mod config;
 pub(crate) mod endpoints;
@@ -618,7 +618,7 @@ impl Topology {
     }
 
     /// The master's address and replica count from the first sentinel that knows it and
-    /// whose answer the master confirms (`ROLE` says master).
+    /// whose answer the master confirms (its `INFO replication` says master).
     fn ask_sentinels(
         &self,
         sentinels: &[ConnectionInfo],
