@@ -1082,3 +1082,74 @@ fn status_warns_of_an_evicting_policy() {
         stderr_of(&quiet)
     );
 }
+
+/// Whether the process `pid` is gone (or a zombie nobody reaped yet: it runs no more).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// A `kill -9` of `redis-rlock run` (nothing can catch it) takes its command with it: the
+/// command never runs without the lock, as under flock(1). The command is gone well before
+/// the lock's lease runs out, and the next run, which gets the lock when the lease ends,
+/// never runs beside it: the two commands' marks in one file never interleave.
+#[test]
+fn a_kill_9_of_run_takes_its_command_with_it() {
+    const WATCHDOG: &str = "6s";
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Marks its start, then `$3` ticks 0.1 s apart, then its end.
+    let script = r#"
+        cd "$1" || exit 90
+        echo $$ > "pid-$2"
+        echo "$2 start" >> marks
+        i=0
+        while [ $i -lt "$3" ]; do echo "$2 tick" >> marks; sleep 0.1; i=$((i + 1)); done
+        echo "$2 end" >> marks
+    "#;
+    let dir_arg = dir.path().to_str().unwrap();
+    let run = |label: &str, ticks: &str| {
+        let mut cmd = redis_rlock(
+            &server,
+            &["run", "cli-killed", "--watchdog", WATCHDOG, "--"],
+        );
+        cmd.args(["sh", "-c", script, "sh", dir_arg, label, ticks])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    // 20 s: longer than the lease.
+    let mut first = KillOnDrop(run("A", "200").spawn().unwrap());
+    // The pid is written before the first mark.
+    await_file(&dir.path().join("marks"));
+    let command: u32 = std::fs::read_to_string(dir.path().join("pid-A"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    first.0.kill().unwrap(); // SIGKILL
+    first.0.wait().unwrap();
+    let killed = Instant::now();
+    let gone = eventually(LIMIT, || process_gone(command));
+    let after = killed.elapsed();
+    assert!(
+        gone && after < Duration::from_secs(3),
+        "the command ran on for {after:?} after redis-rlock was killed (lease {WATCHDOG})"
+    );
+    assert!(exists(&server, "cli-killed"), "the lock is left to expire");
+
+    let second = output(run("B", "3"));
+    assert!(second.status.success(), "{}", stderr_of(&second));
+    let marks = std::fs::read_to_string(dir.path().join("marks")).unwrap();
+    let b_started = marks.find("B start").expect("B ran");
+    assert!(
+        !marks[b_started..].contains('A'),
+        "the killed run's command went on beside the next run:\n{marks}"
+    );
+}

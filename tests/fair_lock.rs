@@ -446,3 +446,58 @@ fn a_crashed_waiter_holds_its_place_until_its_queue_timeout_passes() -> Result<(
     assert_eq!(left, 0, "the ghost was dropped, and ours left the queue");
     guard.unlock()
 }
+
+/// A force unlock (the command line's `unlock --force`) wakes the fair lock's first waiter
+/// through its own channel: the waiter's manager counts a wake-up, rather than finding the
+/// lock free at its next back-off look (up to 2.5 s later).
+#[test]
+fn a_force_unlock_wakes_the_first_waiter_on_its_channel() -> Result<()> {
+    const NAME: &str = "fair:forced";
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?;
+    let waiting = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let _held = holder.get_fair_lock(NAME).lock()?;
+    let evals = support::command_calls(&mut conn, "evalsha");
+
+    let lock = waiting.get_fair_lock(NAME);
+    let stats = waiting.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = thread::spawn(move || -> Result<()> {
+        let guard = lock.try_lock(Duration::from_secs(60))?.expect("acquired");
+        // Read before the release below, whose own message this manager may hear too.
+        tx.send((Instant::now(), stats.stats().wakeups)).unwrap();
+        guard.unlock()
+    });
+    await_queue(&mut conn, NAME, 1);
+    let head: String = conn.lindex(queue(NAME), 0).unwrap();
+    assert!(support::await_subscribers(
+        &mut conn,
+        &waiter_channel(NAME, &head),
+        1
+    ));
+    // Asleep: it attempted before subscribing and once more after (a release announced
+    // before it subscribed), so the force unlock comes while it sleeps.
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            support::command_calls(&mut conn, "evalsha") >= evals + 2
+        }),
+        "the waiter attempted twice"
+    );
+    let before = waiting.stats().wakeups;
+
+    let forced = Instant::now();
+    let other = LockManager::new(&server.url())?;
+    assert!(other.get_lock(NAME).force_unlock()?, "the lock was held");
+    let (acquired, wakeups) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waiter got the lock");
+    waiter.join().expect("waiter thread")?;
+    let waited = acquired.saturating_duration_since(forced);
+    assert!(
+        wakeups > before,
+        "the force unlock woke nobody (wake-ups {before} → {wakeups}); the waiter found the \
+         lock free {waited:?} later by looking again"
+    );
+    Ok(())
+}

@@ -449,3 +449,53 @@ fn read_and_write_holds_that_vanish_are_reported_lost() -> Result<()> {
     assert!(write.unlock().unwrap_err().is_not_held());
     Ok(())
 }
+
+/// A force unlock (the command line's `unlock --force`) of a read-write lock wakes its
+/// waiters on the read-write lock's channel: the waiter's manager counts a wake-up, rather
+/// than finding the lock free at its next back-off look (up to 2.5 s later).
+#[test]
+fn a_force_unlock_wakes_the_waiters() -> Result<()> {
+    const NAME: &str = "rw:forced";
+    let server = RedisServer::start();
+    let holder = LockManager::new(&server.url())?;
+    let waiting = LockManager::new(&server.url())?;
+    let mut conn = server.conn();
+    let _held = holder.get_read_write_lock(NAME).write_lock().lock()?;
+    let evals = support::command_calls(&mut conn, "evalsha");
+
+    let rw = waiting.get_read_write_lock(NAME);
+    let stats = waiting.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = thread::spawn(move || -> Result<()> {
+        let guard = rw.write_lock().try_lock(Duration::from_secs(60))?;
+        let guard = guard.expect("acquired");
+        // Read before the release below, whose own message this manager may hear too.
+        tx.send((Instant::now(), stats.stats().wakeups)).unwrap();
+        guard.unlock()
+    });
+    assert!(support::await_subscribers(&mut conn, &channel(NAME), 1));
+    // Asleep: it attempted before subscribing and once more after (a release announced
+    // before it subscribed), so the force unlock comes while it sleeps.
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            support::command_calls(&mut conn, "evalsha") >= evals + 2
+        }),
+        "the waiter attempted twice"
+    );
+    let before = waiting.stats().wakeups;
+
+    let forced = Instant::now();
+    let other = LockManager::new(&server.url())?;
+    assert!(other.get_lock(NAME).force_unlock()?, "the lock was held");
+    let (acquired, wakeups) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waiter got the lock");
+    waiter.join().expect("waiter thread")?;
+    let waited = acquired.saturating_duration_since(forced);
+    assert!(
+        wakeups > before,
+        "the force unlock woke nobody (wake-ups {before} → {wakeups}); the waiter found the \
+         lock free {waited:?} later by looking again"
+    );
+    Ok(())
+}

@@ -1,13 +1,14 @@
 //! Replica acknowledgement (`LockManagerBuilder::replica_sync`) on a single master with a
 //! real replica: acquires wait for it, and an acquire no replica acknowledged is rolled back
-//! and reported, leaving nothing behind.
+//! and reported, leaving nothing behind. On Sentinel, a replica in its full sync counts too.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_rlock::LockManager;
+use redis_rlock::{AcquireOptions, LockManager};
 use support::proxy::Proxy;
+use support::sentinel::RedisSentinel;
 use support::RedisServer;
 
 #[test]
@@ -433,4 +434,97 @@ fn a_release_whose_replica_check_fails_is_still_a_release() {
         .expect("released, whatever the replica check says");
     assert_refused_and_rolled_back(&b, &master, name);
     replica.thaw();
+}
+
+/// `CONFIG SET parameter value` on the server at `port`.
+fn config_set(port: u16, parameter: &str, value: &str) {
+    let mut conn = support::connect(&format!("redis://127.0.0.1:{port}/")).expect("connect");
+    let _: () = support::query(
+        &mut conn,
+        redis::cmd("CONFIG").arg("SET").arg(parameter).arg(value),
+    )
+    .expect("CONFIG SET");
+}
+
+/// The only replica of a Sentinel master, restarted empty, waits for its full sync (held back
+/// by `repl-diskless-sync-delay`): the master's `ROLE` lists no replica then, but a failover
+/// may promote it once synced. A fenced acquire by a manager built meanwhile (as every
+/// `redis-rlock run` is) must wait for it or fail (a fresh acquire fails at a first attempt
+/// that no replica acknowledged), never count unreplicated. Once the replica has synced, an
+/// acquire is on it when it returns, and after a `kill -9` of the master and the replica's
+/// promotion, the token counter has not gone back.
+#[test]
+fn a_replica_in_its_full_sync_is_waited_for() {
+    const NAME: &str = "replica-syncing";
+    let token_key = format!("redisson_lock_token:{{{NAME}}}");
+    let deployment = RedisSentinel::with_replicas(1);
+    let master = deployment.master_port();
+    let replica = deployment.replica_ports()[0];
+    config_set(master, "repl-diskless-sync", "yes");
+    config_set(master, "repl-diskless-sync-delay", "600");
+    deployment.restart_without_data(replica);
+    let mut on_master = support::connect(&format!("redis://127.0.0.1:{master}/")).expect("master");
+    let mut info = String::new();
+    assert!(
+        support::eventually(Duration::from_secs(20), || {
+            info = support::query(&mut on_master, redis::cmd("INFO").arg("replication")).unwrap();
+            info.contains("state=wait_bgsave")
+        }),
+        "the master never listed the restarted replica as waiting for its sync:\n{info}"
+    );
+
+    let urls = deployment.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let manager = LockManager::sentinel_builder(&urls, deployment.master_name())
+        .replica_sync_timeout(Duration::from_millis(500))
+        .build()
+        .expect("a manager through the sentinels");
+    let lock = manager.get_lock(NAME);
+    let fenced = || AcquireOptions::new().fenced(true);
+    let outcome = lock.acquire(fenced().wait(Duration::from_secs(2)));
+    let left: bool = support::query(&mut on_master, redis::cmd("EXISTS").arg(NAME)).unwrap();
+    match &outcome {
+        Ok(Some(guard)) => panic!(
+            "acquired (token {:?}) while the only replica waited for its sync",
+            guard.fencing_token()
+        ),
+        Ok(None) => {}
+        Err(err) => assert!(err.is_not_replicated(), "{err}"),
+    }
+    assert!(!left, "the unreplicated acquire was left on the master");
+    drop(outcome);
+
+    // The sync goes ahead; once the replica has synced, an acquire is on it when it returns.
+    config_set(master, "repl-diskless-sync-delay", "0");
+    assert!(
+        support::eventually(Duration::from_secs(30), || {
+            info = support::query(&mut on_master, redis::cmd("INFO").arg("replication")).unwrap();
+            info.contains("state=online")
+        }),
+        "the replica never synced:\n{info}"
+    );
+    let guard = lock
+        .acquire(fenced().wait(Duration::from_secs(30)))
+        .expect("acquire")
+        .expect("acquired once the replica synced");
+    let token = guard.fencing_token().expect("a token");
+    let mut on_replica =
+        support::connect(&format!("redis://127.0.0.1:{replica}/")).expect("replica");
+    let replicated: bool = support::query(&mut on_replica, redis::cmd("EXISTS").arg(NAME)).unwrap();
+    assert!(replicated, "the acquire returned before the replica had it");
+
+    deployment.wait_until_sentinels_know(replica);
+    let old = deployment.kill_master();
+    let promoted = deployment.wait_for_failover(old);
+    assert_eq!(promoted, replica);
+    let mut on_promoted =
+        support::connect(&format!("redis://127.0.0.1:{promoted}/")).expect("new master");
+    let counter: Option<u64> =
+        support::query(&mut on_promoted, redis::cmd("GET").arg(&token_key)).unwrap();
+    assert!(
+        counter.is_some_and(|c| c >= token),
+        "the promoted replica's token counter is {counter:?}, below token {token}: the next \
+         acquire would hand it out again"
+    );
+    drop(guard);
 }

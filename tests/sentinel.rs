@@ -293,8 +293,8 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
     assert!(there, "the lock is not on the master");
     guard.unlock().expect("unlock");
 
-    // A user not allowed ROLE (an ACL without @admin) takes the sentinel's word for the
-    // master (and gets no replica sync).
+    // A user allowed neither ROLE nor INFO (an ACL without @admin and @dangerous) takes the
+    // sentinel's word for the master (and gets no replica sync).
     let mut master_conn = master;
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
@@ -305,6 +305,7 @@ fn the_urls_password_is_the_masters_when_the_sentinels_have_none() {
         .arg("&*")
         .arg("+@all")
         .arg("-role")
+        .arg("-info")
         .query(&mut master_conn)
         .expect("ACL SETUSER");
     let as_user = format!(

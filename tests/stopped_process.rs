@@ -249,13 +249,14 @@ fn build_through_a_stop_at(held: &[u8], logged_line: &str) {
     );
 }
 
-/// Finding the deployment reads too (`ROLE` here; `CLUSTER SLOTS` or a sentinel's answer the
-/// same way): with a single server, seed or sentinel there is nowhere else to ask, so an
-/// interrupted read is asked again rather than failing `build()`.
+/// Finding the deployment reads too (`INFO replication` here, which counts the replicas;
+/// `CLUSTER SLOTS` or a sentinel's answer the same way): with a single server, seed or
+/// sentinel there is nowhere else to ask, so an interrupted read is asked again rather than
+/// failing `build()`.
 #[test]
 fn a_discovery_read_interrupted_by_a_stop_and_continue_is_asked_again() {
     let _turn = one_at_a_time();
-    build_through_a_stop_at(b"ROLE", "waiting for a reply was interrupted");
+    build_through_a_stop_at(b"replication", "waiting for a reply was interrupted");
 }
 
 /// The check of the right to subscribe (on a connection of its own) is made again.

@@ -197,7 +197,9 @@ impl Lock {
         self.engine()?.store().remaining_ttl(self.keys()?)
     }
 
-    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held.
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. Any
+    /// lock of this name goes, and its waiters are woken where they listen: a fair lock's
+    /// first waiter on its own channel, a read-write lock's waiters on that lock's channel.
     ///
     /// The former holder's guards then fail to release with [`Error::NotHeld`](crate::Error::NotHeld), and the
     /// watchdog drops their renewal at its next sweep. A key of this name that is not a lock

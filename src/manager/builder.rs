@@ -178,8 +178,10 @@ impl LockManagerBuilder {
     ///
     /// On by default. It costs one more round trip per acquire and release, and only where
     /// the master has replicas: on Sentinel and Cluster, and on a single server with
-    /// replicas. Replicas are counted with `ROLE` when the manager starts, after a failover,
-    /// and again by an acquire or release when the count is over 10 s old. A server that
+    /// replicas. Replicas are counted when the manager starts, after a failover, and again by
+    /// an acquire or release when the count is over 10 s old: every replica the master lists
+    /// (`INFO replication`), also one in its full sync, which a failover may promote once
+    /// synced; until then an acquire is not acknowledged, and is rolled back. A server that
     /// answers `WAIT` as an unknown command (a managed service or proxy without it) gets no
     /// replica sync: the write stands, a warning is logged once, and `WAIT` is not sent there
     /// again.

@@ -305,15 +305,20 @@ impl LockStore {
         })
     }
 
-    /// Deletes the lock whoever holds it and announces the release. `true` if there was one.
+    /// Deletes the lock whoever holds it and announces the release where the waiters of its
+    /// kind listen (`FORCE_UNLOCK`). `true` if there was one.
     pub(crate) fn force_unlock(&self, keys: &LockKeys) -> Result<bool> {
         let deleted: i64 = self.run(Op::ForceUnlock, &keys.name, 1, |conn| {
             LOCK_SCRIPTS
                 .force_unlock
                 .key(&*keys.name)
                 .key(keys.channel())
+                .key(keys.queue_key())
+                .key(keys.queue_timeout_key())
+                .key(keys.rwlock_channel())
                 .arg(UNLOCK_MESSAGE)
                 .arg(self.publish_command)
+                .arg(epoch_ms())
                 .invoke(conn)
         })?;
         Ok(deleted == 1)
@@ -367,4 +372,12 @@ impl LockStore {
         }
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
+}
+
+/// The wall clock in epoch ms, against which a fair lock's queue timeouts are kept (Redisson
+/// takes them from each client's clock).
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -5,15 +5,16 @@
 
 use std::time::Duration;
 
-use redis::{Connection, RedisResult};
+use redis::RedisResult;
 
 use super::resend::{is_broken, is_unknown_command, Failed};
 use super::LockStore;
 use crate::error::Error;
 use crate::topology::pool::Pool;
+use crate::topology::replica_count::listed_replicas;
 
-/// How often acquires and releases count a master's replicas again (with `ROLE`) while
-/// replica sync is on.
+/// How often acquires and releases count a master's replicas again (`INFO replication`)
+/// while replica sync is on.
 const REPLICAS_RECOUNT: Duration = Duration::from_secs(10);
 /// How often instead while the master had no replica when last counted, where masters can
 /// be replaced (see `recount_replicas`).
@@ -53,7 +54,8 @@ impl LockStore {
         Ok(())
     }
 
-    /// Counts the master's replicas again (`ROLE`) when the count is old: every 10 s, and
+    /// Counts the master's replicas again, in any state (`listed_replicas`: a replica in
+    /// its full sync is one a failover may promote), when the count is old: every 10 s, and
     /// every 100 ms while it was none where masters can be replaced (a replica promoted while
     /// its master was stopped has none until its old master comes back as its replica, and a
     /// count of none sends no `WAIT`). A server that is no master any more fails the write.
@@ -73,14 +75,11 @@ impl LockStore {
             return Ok(());
         }
         self.counters.sent(1);
-        match crate::topology::pool::query_again_if_interrupted::<redis::Value>(
-            conn,
-            &redis::cmd("ROLE"),
-        ) {
-            Ok(role) => {
+        match listed_replicas(conn) {
+            Ok(listed) => {
                 // Not a master any more: the write went to a master demoted since (one
                 // continued after its failover), and is dropped with its data.
-                let Some(counted) = crate::topology::replicas_of_role(&role) else {
+                let Some(counted) = listed else {
                     let replicas = pool.replicas();
                     return Err(self.not_a_settled_master(operation, replicas, timeout));
                 };
@@ -89,7 +88,7 @@ impl LockStore {
                 }
             }
             Err(err) if is_broken(&err) => return Err(Failed::Redis(err)),
-            // Not allowed (an ACL without ROLE): the count stays as it was.
+            // Not allowed (an ACL without INFO and ROLE): the count stays as it was.
             Err(_) => pool.set_replicas(pool.replicas()),
         }
         Ok(())
@@ -157,7 +156,7 @@ impl LockStore {
                 return Ok(true);
             }
             self.counters.sent(1);
-            let connected = connected_replicas(conn)?;
+            let connected = listed_replicas(conn)?.unwrap_or(0);
             Ok(self.judge_acknowledgements(pool, acked, connected))
         })();
         let restored = conn.set_read_timeout(Some(self.response_timeout));
@@ -211,17 +210,4 @@ impl LockStore {
         }
         safe
     }
-}
-
-/// `connected_slaves` from `INFO replication`.
-fn connected_replicas(conn: &mut Connection) -> RedisResult<usize> {
-    let info: String = crate::topology::pool::query_again_if_interrupted(
-        conn,
-        redis::cmd("INFO").arg("replication"),
-    )?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("connected_slaves:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0))
 }

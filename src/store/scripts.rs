@@ -504,10 +504,18 @@ end
 return out
 "#;
 
-/// `KEYS[1]` lock key, `KEYS[2]` unlock channel. `ARGV[1]` message, `ARGV[2]` publish command.
-/// Replies 1 when a lock was deleted, 0 when there was none. A key that is not a hash, or a
-/// hash whose fields are not hold counts (`not_a_lock`), is refused with WRONGTYPE instead of
-/// deleted: it is somebody's data, not a lock.
+/// `KEYS[1]` lock key, `KEYS[2]` unlock channel, `KEYS[3]` a fair lock's queue, `KEYS[4]` its
+/// queue timeouts, `KEYS[5]` the read-write lock's channel. `ARGV[1]` message, `ARGV[2]` publish
+/// command, `ARGV[3]` now (epoch ms). Replies 1 when a lock was deleted, 0 when there was none.
+/// A key that is not a hash, or a hash whose fields are not hold counts (`not_a_lock`), is
+/// refused with WRONGTYPE instead of deleted: it is somebody's data, not a lock.
+///
+/// The deletion is announced where the waiters of the name's kind listen, as Redisson's
+/// `forceUnlock` of each kind does: a read-write lock's (it has `mode`) on its own channel,
+/// with `1` (everyone may go: nothing is held any more); otherwise on the lock's channel, and
+/// to a fair lock's first live waiter on its channel `<unlock channel>:<owner>` (the waiters at
+/// the head whose queue timeout passed are dropped first, as in the fair acquire, so that the
+/// message reaches one that still waits).
 pub const FORCE_UNLOCK: &str = concat!(
     not_a_lock_fn!(),
     r#"
@@ -520,11 +528,29 @@ if kind == 'hash' and not_a_lock(KEYS[1]) then
     refuse_data_hash!(),
     r#"
 end
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call(ARGV[2], KEYS[2], ARGV[1])
+local mode = redis.call('hget', KEYS[1], 'mode')
+if redis.call('del', KEYS[1]) == 0 then
+    return 0
+end
+if mode then
+    redis.call(ARGV[2], KEYS[5], '1')
     return 1
 end
-return 0
+redis.call(ARGV[2], KEYS[2], ARGV[1])
+while true do
+    local first = redis.call('lindex', KEYS[3], 0)
+    if not first then
+        break
+    end
+    local timeout = redis.call('zscore', KEYS[4], first)
+    if timeout and tonumber(timeout) > tonumber(ARGV[3]) then
+        redis.call(ARGV[2], KEYS[2] .. ':' .. first, ARGV[1])
+        break
+    end
+    redis.call('lpop', KEYS[3])
+    redis.call('zrem', KEYS[4], first)
+end
+return 1
 "#
 );
 

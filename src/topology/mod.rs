@@ -7,12 +7,13 @@
 //! answers. Pools of masters that stay masters are kept across maps, so a refresh costs no
 //! connections. Discovery asks the deployment itself: `CLUSTER SLOTS` on any node (known
 //! masters first, then the seeds) or `SENTINEL get-master-addr-by-name` on each sentinel in
-//! turn, confirmed by the master's own `ROLE`.
+//! turn, confirmed by the master's own `INFO replication` (see `replica_count`).
 
 pub(crate) mod config;
 pub(crate) mod endpoints;
 pub(crate) mod pool;
 pub(crate) mod pubsub_connection;
+pub(crate) mod replica_count;
 pub(crate) mod sharded_pubsub;
 
 use std::collections::{HashMap, HashSet};
@@ -474,25 +475,24 @@ impl Topology {
     fn discover_server(&self, current: &Map) -> Result<Arc<Pool>> {
         let pool = self.reuse(current, self.nodes.template.clone())?;
         let mut conn = pool.get_by(Instant::now() + self.nodes.response_timeout)?;
-        let replicas =
-            match pool::query_again_if_interrupted::<Value>(&mut conn, &redis::cmd("ROLE")) {
-                Ok(role) => replicas_of_role(&role).unwrap_or(0),
-                Err(source) if source.is_timeout() => {
-                    return Err(self.nodes.first_reply_timeout(&self.nodes.template))
-                }
-                Err(source) => match Error::from_command("connecting", "", source) {
-                    // A user without the right to ROLE (an ACL without @admin) can still
-                    // lock: replica sync is then off for this server.
-                    Error::Redis { source, .. } if source.code().is_some() => {
-                        log::info!(
-                            "cannot count the server's replicas ({source}); acquires will not \
+        let replicas = match replica_count::listed_replicas(&mut conn) {
+            Ok(replicas) => replicas.unwrap_or(0),
+            Err(source) if source.is_timeout() => {
+                return Err(self.nodes.first_reply_timeout(&self.nodes.template))
+            }
+            Err(source) => match Error::from_command("connecting", "", source) {
+                // A user allowed neither INFO nor ROLE (an ACL) can still lock: replica
+                // sync is then off for this server.
+                Error::Redis { source, .. } if source.code().is_some() => {
+                    log::info!(
+                        "cannot count the server's replicas ({source}); acquires will not \
                              wait for replicas"
-                        );
-                        0
-                    }
-                    err => return Err(err),
-                },
-            };
+                    );
+                    0
+                }
+                err => return Err(err),
+            },
+        };
         drop(conn);
         pool.set_replicas(replicas);
         Ok(pool)
@@ -530,14 +530,13 @@ impl Topology {
         })
     }
 
-    /// How many replicas the master behind `pool` lists in its `ROLE` (`None` when it could
-    /// not be asked).
+    /// How many replicas the master behind `pool` lists, in any state (`None` when it could
+    /// not be asked, or is no master).
     fn replicas_by_role(&self, pool: &Pool) -> Option<usize> {
         let mut conn = pool
             .get_by(Instant::now() + self.nodes.response_timeout)
             .ok()?;
-        let role: Value = pool::query_again_if_interrupted(&mut conn, &redis::cmd("ROLE")).ok()?;
-        replicas_of_role(&role)
+        replica_count::listed_replicas(&mut conn).ok()?
     }
 
     /// `CLUSTER SLOTS` on one node.
@@ -607,7 +606,7 @@ impl Topology {
         }
         for pool in &masters {
             // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
-            // the master's own `ROLE` lists those that a WAIT counts.
+            // the master itself lists every replica it has, synced or syncing.
             let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
             pool.count_replicas(self.replicas_by_role(pool).unwrap_or(listed));
         }
@@ -619,7 +618,7 @@ impl Topology {
     }
 
     /// The master's address and replica count from the first sentinel that knows it and
-    /// whose answer the master confirms (`ROLE` says master).
+    /// whose answer the master confirms (its `INFO replication` says master).
     fn ask_sentinels(
         &self,
         sentinels: &[ConnectionInfo],
@@ -678,8 +677,8 @@ impl Topology {
     }
 
     /// How many replicas the master a sentinel named has connected. A sentinel may not have
-    /// seen a failover yet: the master must agree. Its `ROLE` also lists the replicas
-    /// connected to it, which are the ones a WAIT counts (a sentinel's own list lags behind).
+    /// seen a failover yet: the master must agree. It also lists the replicas connected to it,
+    /// in any state (a sentinel's own list lags behind; see `replica_count`).
     fn check_master(&self, host: &str, port: u16) -> Result<usize> {
         let checking = |source| Error::Redis {
             operation: "checking the master's role",
@@ -689,10 +688,10 @@ impl Topology {
             .nodes
             .probe(self.nodes.at(host, port))
             .map_err(|err| Error::at(format!("{host}:{port}"), err))?;
-        let role: Value = match pool::query_again_if_interrupted(&mut master, &redis::cmd("ROLE")) {
-            Ok(role) => role,
-            // A user without the right to ROLE (an ACL without @admin) takes the sentinel's
-            // word: replica sync is then off for this master.
+        let listed = match replica_count::listed_replicas(&mut master) {
+            Ok(listed) => listed,
+            // A user without the right to INFO or ROLE (an ACL) takes the sentinel's word:
+            // replica sync is then off for this master.
             Err(source) if source.code() == Some("NOPERM") => {
                 log::info!(
                     "cannot check the master's role at {host}:{port} ({source}); taking the \
@@ -702,11 +701,7 @@ impl Topology {
             }
             Err(source) => return Err(checking(source)),
         };
-        match role {
-            Value::Array(_) => replicas_of_role(&role),
-            _ => None,
-        }
-        .ok_or_else(|| {
+        listed.ok_or_else(|| {
             checking(redis::RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
                 "the node the sentinel named is not a master (yet)",

@@ -355,6 +355,17 @@ impl RedisServer {
         }
     }
 
+    /// [`restart`](Self::restart) without the RDB file a replica keeps of its last full sync
+    /// (with its replication offset, from which it would resume): a replica then needs a full
+    /// sync again, as one just added does.
+    pub fn restart_without_data(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+        if let Err(log) = self.spawn_and_wait() {
+            panic_with_log(&log);
+        }
+    }
+
     fn spawn_and_wait(&mut self) -> Result<(), String> {
         let log = self.dir.path().join("redis.log");
         let binary = server_binary();

@@ -351,6 +351,17 @@ impl RedisSentinel {
         });
     }
 
+    /// Restarts a server on its port, empty, with its arguments (a replica then needs a full
+    /// sync).
+    pub fn restart_without_data(&self, port: u16) {
+        self.servers
+            .lock()
+            .unwrap()
+            .get_mut(&port)
+            .expect("a server of the deployment")
+            .restart_without_data();
+    }
+
     /// SIGSTOP of a server.
     pub fn pause(&self, port: u16) {
         self.servers.lock().unwrap()[&port].freeze();

@@ -2,13 +2,15 @@
 //! held, release when it exits, and exit as it did.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 use redis_rlock::{AcquireOptions, CancelToken, Lease, Lock, LockGuard, LockManager};
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{
+    getpid, getppid, kill_process, set_parent_process_death_signal, Pid, Signal,
+};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -195,6 +197,7 @@ fn run_holding(
         .expect("clap requires a command");
     let mut command = Command::new(program);
     command.args(args).env("REDIS_RLOCK_NAME", &settings.name);
+    die_with(&mut command, getpid());
     if let Some(token) = guard.fencing_token() {
         command.env("REDIS_RLOCK_FENCING_TOKEN", token.to_string());
     }
@@ -239,6 +242,31 @@ fn run_holding(
         return Ok(exit::LOST);
     }
     Ok(exit_code(status))
+}
+
+/// Has the command killed (SIGKILL) when redis-rlock dies, whatever ends it (`kill -9`, the OOM
+/// killer, a crash): its lease would keep the lock for a while, but the next holder gets it
+/// once that runs out, and must not find the command still running. The kernel sends the
+/// signal when the thread that started the command ends: this one, the main thread, which
+/// ends only with the process. Only the command itself is tied; processes it starts are not
+/// (docs/CLI.md, "Processes the command leaves behind").
+#[allow(unsafe_code)]
+fn die_with(command: &mut Command, parent: Pid) {
+    let tie = move || {
+        set_parent_process_death_signal(Some(Signal::KILL))?;
+        // redis-rlock may have died between the fork and the request: no signal would come.
+        // The child then gives up (ESRCH: its parent is gone) instead of running the command.
+        if getppid() != Some(parent) {
+            return Err(std::io::Error::from(rustix::io::Errno::SRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: runs in the child between fork and exec, where only async-signal-safe calls
+    // are allowed: `tie` makes two system calls (prctl, getppid) through rustix and allocates
+    // nothing (an `Errno` becomes an `io::Error` without allocating).
+    unsafe {
+        command.pre_exec(tie);
+    }
 }
 
 /// Waits for the child, forwarding signals and acting on a lost lock. Returns its status and
