@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
 use crate::engine::holds::{HoldKey, HoldStatus, Holds};
-use crate::engine::kind::LockKind;
+use crate::engine::kind::{Family, LockKind};
 use crate::engine::line::Line;
 use crate::engine::options::Request;
 use crate::engine::watchdog::Watchdog;
@@ -102,7 +102,8 @@ impl Engine {
         let on_lost = {
             let line = Arc::clone(&line);
             Box::new(move |hold: &HoldKey| {
-                if hold.kind.uses_line() {
+                // The lock's kind, or another of its family that the thread re-entered by.
+                if hold.kind.id().family() == Family::Reentrant {
                     line.leave(&hold.keys, hold.thread);
                 }
             })
@@ -235,6 +236,7 @@ impl Engine {
         self.check_process()?;
         let stop = self.stop(&keys.name, request.cancel.as_ref());
         stop.check()?; // stopped already: nothing is sent
+        self.check_family(kind, keys)?;
         let held = self.acquire_useful(kind, keys, request, &stop)?;
         if let Err(err) = stop.check() {
             if let Some(held) = held {
@@ -249,6 +251,27 @@ impl Engine {
             return Err(err);
         }
         Ok(held)
+    }
+
+    /// Refuses a hold of `kind` to a thread that holds `keys` in the other of the name's
+    /// two formats (see [`Family::conflicts_with`]): nothing is sent.
+    fn check_family(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> Result<()> {
+        let thread = current_thread_number();
+        let Some(held) = self.holds.conflicting(kind, keys, thread) else {
+            return Ok(());
+        };
+        Err(Error::invalid(
+            "lock kind",
+            format!(
+                "the calling thread holds {} {:?}, stored in the same key in another format \
+                 (a read-write lock's hash, or a hash of hold counts): {} of the same name \
+                 would corrupt its hold count or wait for itself; release it first, or use \
+                 another name",
+                held.noun(),
+                keys.name,
+                kind.id().family().noun(),
+            ),
+        ))
     }
 
     /// [`acquire`](Self::acquire) without the stop's last look.

@@ -150,15 +150,15 @@ impl Engine {
             return;
         }
         let released = matches!(outcome, Ok(Release::Released));
-        if sent.held.kind.uses_line() {
-            if matches!(outcome, Ok(Release::LeftForOthers)) {
-                self.line
-                    .yield_to_others(keys, thread, sent.plan.messages_expected);
-                return;
-            }
-            // After the reply, so that the next local thread's attempt finds it free.
-            self.line.leave(keys, thread);
+        if sent.held.kind.uses_line() && matches!(outcome, Ok(Release::LeftForOthers)) {
+            self.line
+                .yield_to_others(keys, thread, sent.plan.messages_expected);
+            return;
         }
+        // After the reply, so that the next local thread's attempt finds it free. A kind
+        // without the line has the turn only when the thread took the lock through it and
+        // re-entered by this kind: its last hold passes the turn on all the same.
+        self.line.leave(keys, thread);
         if released {
             // Nobody else heard: a local waiter goes first, without the pub/sub hop.
             self.subscriber.wake_one(sent.channel);
