@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
@@ -65,13 +65,19 @@ impl Kind {
     }
 }
 
-/// How an acquire asks: all wait zero.
+/// How an acquire asks: one attempt, or a short wait that nobody can end early (steps run
+/// one at a time), which goes through the line, the subscription, a fair lock's queue and
+/// leaving them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum How {
     TryLock,
     Fenced,
     FixedLease,
+    ShortWait,
 }
+
+/// A short wait's length.
+const SHORT_WAIT: Duration = Duration::from_millis(30);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Actor(usize);
@@ -142,7 +148,12 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Kind::Read),
         Just(Kind::Write),
     ];
-    let how = prop_oneof![Just(How::TryLock), Just(How::Fenced), Just(How::FixedLease)];
+    let how = prop_oneof![
+        Just(How::TryLock),
+        Just(How::Fenced),
+        Just(How::FixedLease),
+        Just(How::ShortWait),
+    ];
     prop_oneof![
         4 => (actor.clone(), kind, 0..NAMES.len(), how).prop_map(|(actor, kind, name, how)| {
             Step::Acquire { actor, kind, name, how }
@@ -258,6 +269,20 @@ impl Model {
             hash.insert("mode".into(), mode.into());
         }
         hash
+    }
+
+    /// The read timeout keys at `name`: one per read hold, numbered from 1 per owner.
+    fn read_timeouts(&self, name: usize, owners: &[String]) -> HashSet<String> {
+        let mut keys = HashSet::new();
+        for (&(actor, family), &count) in &self.holds[name] {
+            if family == Family::Read {
+                for n in 1..=count {
+                    let owner = &owners[actor];
+                    keys.insert(format!("{{{}}}:{owner}:rwlock_timeout:{n}", NAMES[name]));
+                }
+            }
+        }
+        keys
     }
 
     /// What `Lock::hold_count` reads for `actor` at `name`: its field `<owner>`, which a read
@@ -418,6 +443,7 @@ fn acquire(
         How::TryLock => {}
         How::Fenced => options = options.fenced(true),
         How::FixedLease => options = options.lease(Lease::Fixed(FIXED_LEASE)),
+        How::ShortWait => options = options.wait(SHORT_WAIT),
     }
     let outcome = match kind {
         Kind::Lock => manager.get_lock(name).acquire(options),
@@ -496,8 +522,27 @@ impl World {
                 .and_then(|()| self.check(&model))
                 .map_err(|why| format!("step {i} ({step:?}): {why}"))?;
         }
-        self.reset();
-        Ok(())
+        for actor in &self.actors {
+            actor.ask(Command::Reset);
+        }
+        self.nothing_left()
+            .map_err(|why| format!("once every guard was dropped: {why}"))
+    }
+
+    /// Every guard dropped, nothing of the locks is left on the server but what expires by
+    /// itself (attempt markers and unlock latches) and the fencing counters (kept for good).
+    fn nothing_left(&self) -> std::result::Result<(), String> {
+        let keys: Vec<String> = self.conn.borrow_mut().keys("*").unwrap();
+        let left: Vec<&String> = keys
+            .iter()
+            .filter(|k| *k != SEMAPHORE && !k.starts_with("redis_rlock__attempt:"))
+            .filter(|k| !k.starts_with("redisson_unlock_latch:"))
+            .filter(|k| !k.starts_with("redisson_lock_token:"))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        Err(format!("keys left: {left:?}"))
     }
 
     fn apply(&self, model: &mut Model, step: Step) -> std::result::Result<(), String> {
@@ -591,6 +636,13 @@ impl World {
             let pttl: i64 = conn.pttl(*key).unwrap();
             if !hash.is_empty() && pttl <= 0 {
                 return Err(format!("{key} has no lease (PTTL {pttl})"));
+            }
+            let timeouts: HashSet<String> = conn.keys(format!("{{{key}}}:*")).unwrap();
+            let expected = model.read_timeouts(name, &owners);
+            if timeouts != expected {
+                return Err(format!(
+                    "{key}'s read timeout keys are {timeouts:?}, the model {expected:?}"
+                ));
             }
             let locked = self.managers[0].get_lock(key).is_locked().unwrap();
             if locked == hash.is_empty() {
