@@ -140,6 +140,31 @@ fn holds_of_two_kinds_are_renewed_as_one() {
     assert!(hash(&mut conn, name).is_empty());
 }
 
+/// The holds of two kinds are one hold on the server: when its key goes, both guards are lost,
+/// and their releases leave the next holder's lock alone.
+#[test]
+fn holds_of_two_kinds_are_lost_as_one() {
+    let server = RedisServer::start();
+    let manager = support::manager_with_watchdog(&server, Duration::from_millis(600));
+    let other = LockManager::new(&server.url()).unwrap();
+    let mut conn = server.conn();
+    let name = "shared:lost";
+    let plain = manager.get_lock(name).lock().unwrap();
+    let fair = manager.get_fair_lock(name).lock().unwrap();
+    let lost = plain.lost_signal();
+    let _: () = conn.del(name).unwrap();
+    assert!(
+        lost.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the watchdog finds it gone"
+    );
+    assert!(plain.is_lost() && fair.is_lost());
+    let taken = other.get_lock(name).try_lock(Duration::ZERO).unwrap();
+    assert!(taken.is_some());
+    assert!(matches!(fair.unlock(), Err(Error::NotHeld { .. })));
+    assert!(matches!(plain.unlock(), Err(Error::NotHeld { .. })));
+    assert_counts(&mut conn, name, &other, 1);
+}
+
 /// A thread that took the plain lock through the local line and re-entered it as a spin lock
 /// passes the turn on at its last release, whichever kind that is: the thread queued behind
 /// it gets the lock then, not before (exclusion) and not a renewal period later (its patience).
@@ -155,8 +180,11 @@ fn the_last_release_by_another_kind_passes_the_line_on() {
         // Waits in Redis with the turn, then re-enters as a spin lock.
         let owner = s.spawn(|| {
             let plain = manager.get_lock(name).lock().unwrap();
-            let spin = manager.get_spin_lock(name).lock().unwrap();
+            let spin_lock = manager.get_spin_lock(name);
+            let spin = spin_lock.lock().unwrap();
             drop(plain); // not the last hold: nothing is passed on
+            assert_eq!(spin_lock.hold_count().unwrap(), 1, "still this thread's");
+            assert_eq!(manager.queued_thread_count(), 1, "the other still queued");
             done.store(true, Ordering::SeqCst);
             released_tx.send(Instant::now()).unwrap();
             drop(spin); // the last: the queued thread goes
