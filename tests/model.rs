@@ -1,14 +1,16 @@
 //! A model-based property test: random sequences of acquires, re-entries and releases of every
 //! lock kind (and of a semaphore's permits), on two shared names, by four actors (two threads
-//! in each of two managers), checked after every step against a model of what the server must
-//! hold: the hash's fields and hold counts per owner, who may hold what (one owner of a lock,
-//! readers only with readers), `is_locked`, `hold_count`, `is_held_by_current_thread`, the
-//! renewed holds per manager, fencing tokens that only grow, and no guard lost.
+//! in each of two managers), with guards moved between threads, checked after every step
+//! against a model of what the server must hold: the hash's fields and hold counts per owner,
+//! the read timeout keys, who may hold what (one owner of a lock, readers only with readers),
+//! `is_locked`, `hold_count`, `is_held_by_current_thread`, the renewed holds per manager,
+//! fencing tokens that only grow, and no guard lost; once every guard is dropped, nothing left.
 //!
-//! Every acquire waits zero (one attempt), so no step blocks: each actor is a thread that runs
-//! the steps sent to it over a channel, one at a time. One server serves every case
-//! (`FLUSHALL` in between). `PROPTEST_CASES` sets the number of cases (64 by default, of up to
-//! 30 steps); a failure is shrunk to a short sequence and printed one step a line.
+//! No step blocks: an acquire makes one attempt or waits 30 ms, which nobody can end early
+//! (each actor is a thread that runs the steps sent to it over a channel, one at a time). One
+//! server serves every case (`FLUSHALL` in between). `PROPTEST_CASES` sets the number of cases
+//! (64 by default, of up to 30 steps: about 3 s); a failure is shrunk to a short sequence and
+//! printed one step a line.
 
 mod support;
 
@@ -108,6 +110,13 @@ enum Step {
         pick: usize,
         unlock: bool,
     },
+    /// Moves the actor's guard number `pick` to another actor's thread, which may release it
+    /// later: it releases the acquiring thread's hold.
+    Give {
+        actor: Actor,
+        pick: usize,
+        to: Actor,
+    },
     TakePermit {
         actor: Actor,
     },
@@ -133,6 +142,7 @@ impl fmt::Debug for Step {
                 let how = if *unlock { "unlock" } else { "drop" };
                 write!(f, "{actor:?} {how} guard #{pick}")
             }
+            Step::Give { actor, pick, to } => write!(f, "{actor:?} give guard #{pick} to {to:?}"),
             Step::TakePermit { actor } => write!(f, "{actor:?} take a permit"),
             Step::ReturnPermit { actor } => write!(f, "{actor:?} return a permit"),
         }
@@ -160,6 +170,8 @@ fn step() -> impl Strategy<Value = Step> {
         }),
         3 => (actor.clone(), 0..8usize, any::<bool>())
             .prop_map(|(actor, pick, unlock)| Step::Release { actor, pick, unlock }),
+        1 => (actor.clone(), 0..8usize, actor.clone())
+            .prop_map(|(actor, pick, to)| Step::Give { actor, pick, to }),
         1 => actor.clone().prop_map(|actor| Step::TakePermit { actor }),
         1 => actor.prop_map(|actor| Step::ReturnPermit { actor }),
     ]
@@ -177,13 +189,23 @@ enum Got {
     Other(String),
 }
 
+/// One guard as the model sees it.
+#[derive(Clone, Copy)]
+struct Guard {
+    /// The actor whose thread acquired it, whose hold it is.
+    owner: usize,
+    name: usize,
+    family: Family,
+    fixed: bool,
+}
+
 /// What the server must hold, and what each actor holds.
 #[derive(Default)]
 struct Model {
     /// Per name: hold counts per (actor, family).
     holds: Vec<BTreeMap<(usize, Family), u32>>,
-    /// Per actor: its guards, as (name, family, fixed lease).
-    guards: Vec<Vec<(usize, Family, bool)>>,
+    /// Per actor: the guards on its thread.
+    guards: Vec<Vec<Guard>>,
     /// Per name: the last fencing token handed out.
     tokens: Vec<u64>,
     free_permits: u32,
@@ -238,15 +260,21 @@ impl Model {
 
     fn acquired(&mut self, actor: usize, kind: Kind, name: usize, how: How) {
         *self.holds[name].entry((actor, kind.family())).or_default() += 1;
-        self.guards[actor].push((name, kind.family(), how == How::FixedLease));
+        self.guards[actor].push(Guard {
+            owner: actor,
+            name,
+            family: kind.family(),
+            fixed: how == How::FixedLease,
+        });
     }
 
     fn released(&mut self, actor: usize, index: usize) {
-        let (name, family, _) = self.guards[actor].remove(index);
-        let count = self.holds[name].get_mut(&(actor, family)).expect("a hold");
+        let guard = self.guards[actor].remove(index);
+        let slot = (guard.owner, guard.family);
+        let count = self.holds[guard.name].get_mut(&slot).expect("a hold");
         *count -= 1;
         if *count == 0 {
-            self.holds[name].remove(&(actor, family));
+            self.holds[guard.name].remove(&slot);
         }
     }
 
@@ -295,11 +323,10 @@ impl Model {
     /// with a hold without a fixed lease.
     fn renewing(&self, manager: usize) -> usize {
         let mut slots: Vec<(usize, usize, Family)> = Vec::new();
-        for actor in (0..ACTORS).filter(|a| Actor(*a).manager() == manager) {
-            for &(name, family, fixed) in &self.guards[actor] {
-                if !fixed && !slots.contains(&(actor, name, family)) {
-                    slots.push((actor, name, family));
-                }
+        for guard in self.guards.iter().flatten() {
+            let slot = (guard.owner, guard.name, guard.family);
+            if Actor(guard.owner).manager() == manager && !guard.fixed && !slots.contains(&slot) {
+                slots.push(slot);
             }
         }
         slots.len()
@@ -310,6 +337,9 @@ impl Model {
 enum Command {
     Acquire(Kind, String, How),
     Release(usize, bool),
+    /// Hands guard number `.0` back, to be given to another actor.
+    Give(usize),
+    Take(LockGuard),
     TakePermit,
     ReturnPermit,
     /// `hold_count` and `is_held_by_current_thread` per name, and whether any guard is lost.
@@ -321,6 +351,7 @@ enum Command {
 enum Reply {
     Acquired(Got, Option<u64>),
     Released(Result<(), String>),
+    Given(LockGuard),
     Permit(Result<bool, String>),
     Inspected(Vec<(u32, bool)>, usize),
     Done,
@@ -386,6 +417,11 @@ fn run_actor(manager: LockManager, inbox: Receiver<Command>, outbox: Sender<Repl
                     Ok(())
                 };
                 Reply::Released(result.map_err(|e| e.to_string()))
+            }
+            Command::Give(index) => Reply::Given(guards.remove(index)),
+            Command::Take(guard) => {
+                guards.push(guard);
+                Reply::Done
             }
             Command::TakePermit => {
                 let semaphore = manager.get_semaphore(SEMAPHORE);
@@ -593,6 +629,19 @@ impl World {
                     unreachable!()
                 };
                 result.map_err(|e| format!("the release failed: {e}"))?;
+            }
+            Step::Give { actor, pick, to } => {
+                let count = model.guards[actor.0].len();
+                if count == 0 {
+                    return Ok(());
+                }
+                let index = pick % count;
+                let guard = model.guards[actor.0].remove(index);
+                model.guards[to.0].push(guard);
+                let Reply::Given(guard) = self.actors[actor.0].ask(Command::Give(index)) else {
+                    unreachable!()
+                };
+                self.actors[to.0].ask(Command::Take(guard));
             }
             Step::TakePermit { actor } => {
                 let Reply::Permit(got) = self.actors[actor.0].ask(Command::TakePermit) else {
