@@ -5,9 +5,9 @@
 //! release is a thread's last (the line hands the lock on only then), and tells the watchdog
 //! thread which leases are due for renewal. It counts holds per owner field, as the server
 //! does: a thread's holds of a lock, a fair lock and a spin lock of one name are one count
-//! (`Family`). It owns the watchdog's sleep: registering a hold is
-//! a map insert under the same mutex the watchdog sleeps on, so a hold can never be registered
-//! while the watchdog decides, on stale facts, to sleep past its due time.
+//! (`Family`). It owns the watchdog's sleep: registering a hold is a map insert under the same
+//! mutex the watchdog sleeps on, so a hold can never be registered while the watchdog decides,
+//! on stale facts, to sleep past its due time.
 //!
 //! Renewal is due a renewal period (a third of the watchdog timeout, as in Redisson) after the
 //! acquire or the last renewal. Holds due within a tenth of a period of each other go in one

@@ -263,10 +263,9 @@ impl Engine {
         Err(Error::invalid(
             "lock kind",
             format!(
-                "the calling thread holds {} {:?}, stored in the same key in another format \
-                 (a read-write lock's hash, or a hash of hold counts): {} of the same name \
-                 would corrupt its hold count or wait for itself; release it first, or use \
-                 another name",
+                "the calling thread holds {} {:?}; {} of the same name is that key in the \
+                 other format (a lock's hash of hold counts, a read-write lock's hash), which \
+                 one thread may not hold both ways: release it first, or use another name",
                 held.noun(),
                 keys.name,
                 kind.id().family().noun(),
