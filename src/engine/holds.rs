@@ -362,7 +362,7 @@ impl Holds {
             .map_or(0, |hold| hold.renewed + hold.fixed)
     }
 
-    /// The family of a hold that `thread` has on `keys` and that a hold of `kind` may not join
+    /// The family of a hold that `thread` has on `keys` and that forbids it a hold of `kind`
     /// (see [`Family::conflicts_with`]), if any.
     pub(crate) fn conflicting(
         &self,

@@ -46,14 +46,14 @@ pub(crate) enum Family {
 impl Family {
     pub(crate) const ALL: [Family; 3] = [Family::Reentrant, Family::Read, Family::Write];
 
-    /// Whether one thread holding this family may not take `other` on the same name: a hash
-    /// of hold counts and a read-write lock's hash are two formats of one key. A lock taken
-    /// by a reader would count on its read hold (the same field), one taken by the writer
-    /// would wait for itself, and a read or write lock taken by a lock's holder would turn the
-    /// lock into a read-write lock that others may read (Redisson does all three); the
-    /// scripts refuse the last, the engine all of them.
-    pub(crate) fn conflicts_with(self, other: Family) -> bool {
-        (self == Family::Reentrant) != (other == Family::Reentrant)
+    /// Whether a thread holding `held` on a name may not take this family on it, which the
+    /// scripts would not refuse: a hash of hold counts and a read-write lock's hash are two
+    /// formats of one key, and a lock taken by a reader would count on its read hold (the same
+    /// field), one taken by the writer would wait for itself (Redisson does both). The other
+    /// way round, a read or write lock on a lock's hash, is refused by the read-write scripts
+    /// themselves (WRONGTYPE), whoever holds the lock.
+    pub(crate) fn conflicts_with(self, held: Family) -> bool {
+        self == Family::Reentrant && held != Family::Reentrant
     }
 
     /// What a hold of the family is, for error messages.

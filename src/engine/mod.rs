@@ -253,8 +253,8 @@ impl Engine {
         Ok(held)
     }
 
-    /// Refuses a hold of `kind` to a thread that holds `keys` in the other of the name's
-    /// two formats (see [`Family::conflicts_with`]): nothing is sent.
+    /// Refuses a lock to a thread that holds the read-write lock of its name (see
+    /// [`Family::conflicts_with`]): nothing is sent.
     fn check_family(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> Result<()> {
         let thread = current_thread_number();
         let Some(held) = self.holds.conflicting(kind, keys, thread) else {
@@ -263,9 +263,9 @@ impl Engine {
         Err(Error::invalid(
             "lock kind",
             format!(
-                "the calling thread holds {} {:?}; {} of the same name is that key in the \
-                 other format (a lock's hash of hold counts, a read-write lock's hash), which \
-                 one thread may not hold both ways: release it first, or use another name",
+                "the calling thread holds {} {:?}; {} of the same name is that key in another \
+                 format (a hash of hold counts), which it would corrupt or wait for forever: \
+                 release it first, or use another name",
                 held.noun(),
                 keys.name,
                 kind.id().family().noun(),

@@ -463,8 +463,8 @@ impl LockKind for Write {
 /// lock (it would wait for itself), which is refused here with
 /// [`Error::InvalidArgument`]. Its hash is the key of the [`Lock`] of the same name in another
 /// format: a thread that holds the read or write lock may not take that lock (nor its fair or
-/// spin lock), nor the reverse ([`Error::InvalidArgument`]); another client's lock of the name
-/// makes both halves fail with [`Error::WrongType`].
+/// spin lock: [`Error::InvalidArgument`]), and while anyone holds that lock both halves fail
+/// with [`Error::WrongType`].
 ///
 /// **Writers are not protected from readers.** As in Redisson, a read lock is granted whenever
 /// the lock is in read mode, even while writers wait: as long as read holds overlap without a
