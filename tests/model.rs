@@ -32,9 +32,9 @@ const PERMITS: u32 = 2;
 const MANAGERS: usize = 2;
 const THREADS: usize = 2;
 const ACTORS: usize = MANAGERS * THREADS;
-/// Short enough that the watchdog renews during a run (every 2 s), long enough that a loaded
-/// machine's stalls do not lose a lease.
-const WATCHDOG: Duration = Duration::from_secs(6);
+/// Short enough that the watchdog renews during a run (every 3 s), long enough that a loaded
+/// machine's stalls (up to 6 s) do not lose a lease.
+const WATCHDOG: Duration = Duration::from_secs(9);
 /// Longer than any run: a fixed lease never runs out here.
 const FIXED_LEASE: Duration = Duration::from_secs(120);
 /// How long one step may take before the actor counts as blocked.

@@ -124,15 +124,20 @@ fn a_lock_fair_lock_and_spin_lock_of_one_name_reenter_one_another() {
 #[test]
 fn holds_of_two_kinds_are_renewed_as_one() {
     let server = RedisServer::start();
-    let manager = support::manager_with_watchdog(&server, Duration::from_millis(600));
+    let manager = support::manager_with_watchdog(&server, Duration::from_millis(1500));
     let other = LockManager::new(&server.url()).unwrap();
     let mut conn = server.conn();
     let name = "shared:renewed";
     let plain = manager.get_lock(name).lock().unwrap();
     let spin = manager.get_spin_lock(name).lock().unwrap();
     drop(spin);
-    // Three leases: a renewal missing, the key would be gone.
-    std::thread::sleep(Duration::from_millis(1800));
+    // Three sweeps renew the plain hold, unless one finds it gone.
+    let swept = manager.stats().renewal_sweeps;
+    assert!(support::eventually(Duration::from_secs(30), || {
+        let stats = manager.stats();
+        stats.renewal_sweeps >= swept + 3 || stats.holds_lost > 0
+    }));
+    assert_eq!(manager.stats().holds_lost, 0, "a sweep found the hold gone");
     assert!(!plain.is_lost(), "the plain hold is renewed");
     assert_counts(&mut conn, name, &manager, 1);
     assert_excluded(&other, name);
