@@ -50,6 +50,8 @@ impl Engine {
             kind_grants: kind.grants(),
             one_attempt: request.one_attempt,
             fenced: request.fenced,
+            // By any kind that counts in the same owner field: a spin lock taken by the
+            // holder of the plain lock of its name is a re-entry, not a fresh hold.
             holding: self.holds.count(kind, keys, thread) > 0,
             // Only grants read the deployment: not asked on the other acquires' hot path.
             deployment: if kind.grants() && !request.fenced {

@@ -3,16 +3,17 @@
 //!
 //! The registry answers reentrancy ("does this thread hold it already?"), decides when a
 //! release is a thread's last (the line hands the lock on only then), and tells the watchdog
-//! thread which leases are due for renewal. It owns the watchdog's sleep: registering a hold is
-//! a map insert under the same mutex the watchdog sleeps on, so a hold can never be registered
-//! while the watchdog decides, on stale facts, to sleep past its due time.
+//! thread which leases are due for renewal. It counts holds per owner field, as the server
+//! does: a thread's holds of a lock, a fair lock and a spin lock of one name are one count
+//! (`Family`). It owns the watchdog's sleep: registering a hold is a map insert under the same
+//! mutex the watchdog sleeps on, so a hold can never be registered while the watchdog decides,
+//! on stale facts, to sleep past its due time.
 //!
 //! Renewal is due a renewal period (a third of the watchdog timeout, as in Redisson) after the
 //! acquire or the last renewal. Holds due within a tenth of a period of each other go in one
 //! sweep, so that the watchdog's wake-ups and round trips do not grow with the number of locks.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{lease_deadline, BootInstant};
-use crate::engine::kind::LockKind;
+use crate::engine::kind::{Family, LockKind};
 use crate::health::HealthState;
 use crate::names::LockKeys;
 use crate::stats::Counters;
@@ -105,43 +106,56 @@ pub(crate) struct HoldsLeft {
     pub(crate) renewed: u32,
 }
 
-/// One thread's holds on one lock: the unit the watchdog renews.
+/// One thread's holds on one lock, of one family: the unit the watchdog renews.
 #[derive(Clone)]
 pub(crate) struct HoldKey {
+    /// The kind that renews them: any kind of the family, which all renew alike.
     pub(crate) kind: &'static dyn LockKind,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) thread: u64,
 }
 
 impl HoldKey {
-    fn new(kind: &'static dyn LockKind, keys: &Arc<LockKeys>, thread: u64) -> Self {
-        HoldKey {
-            kind,
+    fn slot(&self) -> Slot {
+        Slot::new(self.kind.id().family(), &self.keys, self.thread)
+    }
+}
+
+/// Where the registry counts a thread's holds on a lock: per owner field, so that the holds of
+/// kinds that share one (a lock, a fair lock and a spin lock of one name) are counted together,
+/// as the server counts them.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Slot {
+    keys: Arc<LockKeys>,
+    thread: u64,
+    family: Family,
+}
+
+impl Slot {
+    fn new(family: Family, keys: &Arc<LockKeys>, thread: u64) -> Self {
+        Slot {
             keys: Arc::clone(keys),
             thread,
+            family,
+        }
+    }
+
+    fn of(kind: &'static dyn LockKind, keys: &Arc<LockKeys>, thread: u64) -> Self {
+        Slot::new(kind.id().family(), keys, thread)
+    }
+
+    fn hold_key(&self, hold: &Hold) -> HoldKey {
+        HoldKey {
+            kind: hold.kind,
+            keys: Arc::clone(&self.keys),
+            thread: self.thread,
         }
     }
 }
 
-impl PartialEq for HoldKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.thread == other.thread
-            && self.keys.name == other.keys.name
-            && self.kind.id() == other.kind.id()
-    }
-}
-
-impl Eq for HoldKey {}
-
-impl Hash for HoldKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.keys.name.hash(state);
-        self.thread.hash(state);
-        self.kind.id().hash(state);
-    }
-}
-
 struct Hold {
+    /// The kind of the first of these holds, which renews them all.
+    kind: &'static dyn LockKind,
     /// Guards of this thread on this lock that asked for renewal.
     renewed: u32,
     /// Guards of this thread on this lock with a fixed lease (not renewed, only counted).
@@ -156,7 +170,7 @@ struct Hold {
 
 #[derive(Default)]
 struct State {
-    holds: HashMap<HoldKey, Hold>,
+    holds: HashMap<Slot, Hold>,
     /// When the sleeping watchdog means to wake; `None` while it sleeps with nothing to wait
     /// for (or is awake). A hold due, or a lease ending, earlier wakes it.
     wake_at: Option<Instant>,
@@ -229,15 +243,18 @@ impl Holds {
         sent: BootInstant,
         lease: Duration,
     ) -> Arc<HoldStatus> {
-        let key = HoldKey::new(kind, keys, thread);
         let mut state = self.state.lock();
-        let hold = state.holds.entry(key).or_insert_with(|| Hold {
-            renewed: 0,
-            fixed: 0,
-            due: None,
-            renew_until: None,
-            status: Arc::new(HoldStatus::default()),
-        });
+        let hold = state
+            .holds
+            .entry(Slot::of(kind, keys, thread))
+            .or_insert_with(|| Hold {
+                kind,
+                renewed: 0,
+                fixed: 0,
+                due: None,
+                renew_until: None,
+                status: Arc::new(HoldStatus::default()),
+            });
         // Every acquire (a re-entry too) sets the key's TTL afresh.
         let deadline = lease_deadline(sent, lease);
         hold.status.confirm(deadline);
@@ -277,7 +294,7 @@ impl Holds {
         renewed: bool,
         status: &Arc<HoldStatus>,
     ) -> Unregistered {
-        let key = HoldKey::new(kind, keys, thread);
+        let key = Slot::of(kind, keys, thread);
         let mut state = self.state.lock();
         let hold = match state.holds.get_mut(&key) {
             Some(hold) if Arc::ptr_eq(&hold.status, status) => hold,
@@ -317,7 +334,7 @@ impl Holds {
             if hold.status.mark_lost() {
                 self.counters.hold_lost();
             }
-            (self.on_lost)(key);
+            (self.on_lost)(&key.hold_key(hold));
             false
         });
     }
@@ -332,25 +349,41 @@ impl Holds {
         sent: BootInstant,
         lease: Duration,
     ) {
-        let key = HoldKey::new(kind, keys, thread);
+        let key = Slot::of(kind, keys, thread);
         if let Some(hold) = self.state.lock().holds.get(&key) {
             hold.status.confirm(lease_deadline(sent, lease));
         }
     }
 
-    /// How many holds `thread` has on `keys` through this manager.
+    /// How many holds `thread` has on `keys` through this manager in the owner field that
+    /// `kind` counts in: its own and those of the kinds that share the field.
     pub(crate) fn count(
         &self,
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         thread: u64,
     ) -> u32 {
-        let key = HoldKey::new(kind, keys, thread);
+        let key = Slot::of(kind, keys, thread);
         let state = self.state.lock();
         state
             .holds
             .get(&key)
             .map_or(0, |hold| hold.renewed + hold.fixed)
+    }
+
+    /// The family of a hold that `thread` has on `keys` and that forbids it a hold of `kind`
+    /// (see [`Family::conflicts_with`]), if any.
+    pub(crate) fn conflicting(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+    ) -> Option<Family> {
+        let family = kind.id().family();
+        let state = self.state.lock();
+        Family::ALL.into_iter().find(|&held| {
+            family.conflicts_with(held) && state.holds.contains_key(&Slot::new(held, keys, thread))
+        })
     }
 
     /// How many holds are being renewed (for tests and diagnostics).
@@ -388,7 +421,7 @@ impl Holds {
                     .filter(|(_, hold)| hold.due.is_some_and(|due| due <= horizon))
                     .map(|(key, hold)| {
                         budget = budget.min(hold.status.deadline().saturating_since(boot_now));
-                        (key.clone(), Arc::clone(&hold.status))
+                        (key.hold_key(hold), Arc::clone(&hold.status))
                     })
                     .unzip();
                 return Some(Sweep {
@@ -439,7 +472,8 @@ impl Holds {
         let mut found_gone = 0;
         let mut state = self.state.lock();
         for (i, key) in sweep.batch.into_iter().enumerate() {
-            let Some(hold) = state.holds.get_mut(&key) else {
+            let slot = key.slot();
+            let Some(hold) = state.holds.get_mut(&slot) else {
                 continue; // released while the sweep was in flight
             };
             if !Arc::ptr_eq(&hold.status, &sweep.statuses[i]) {
@@ -462,7 +496,7 @@ impl Holds {
                         "lock {:?} was lost: the watchdog found no hold of its owner",
                         key.keys.name
                     );
-                    state.holds.remove(&key);
+                    state.holds.remove(&slot);
                     (self.on_lost)(&key);
                 }
                 None => hold.due = Some(retry_at),
@@ -492,7 +526,7 @@ impl Holds {
                     key.keys.name
                 );
             }
-            (self.on_lost)(key);
+            (self.on_lost)(&key.hold_key(hold));
             false
         });
         if renewals_failed > 0 {

@@ -17,6 +17,55 @@ pub(crate) enum KindId {
     SpinLock,
 }
 
+impl KindId {
+    /// The owner field this kind counts its holds in (see [`Family`]).
+    pub(crate) fn family(self) -> Family {
+        match self {
+            KindId::Lock | KindId::FairLock | KindId::SpinLock => Family::Reentrant,
+            KindId::ReadLock => Family::Read,
+            KindId::WriteLock => Family::Write,
+        }
+    }
+}
+
+/// Where, in the hash at the lock's name, a kind counts an owner's holds. Kinds of one family
+/// share the owner's count: a thread that holds one of them and takes another re-enters (the
+/// count goes up, as in Redisson), and their holds are one entry of the hold registry, renewed
+/// alike. Families stored in one format may be held together by one thread; the two formats
+/// may not (see [`conflicts_with`](Family::conflicts_with)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Family {
+    /// `<owner>` in a hash of hold counts: the lock, the fair lock and the spin lock.
+    Reentrant,
+    /// `<owner>` in a read-write lock's hash (which has a `mode` field).
+    Read,
+    /// `<owner>:write` in a read-write lock's hash.
+    Write,
+}
+
+impl Family {
+    pub(crate) const ALL: [Family; 3] = [Family::Reentrant, Family::Read, Family::Write];
+
+    /// Whether a thread holding `held` on a name may not take this family on it, which the
+    /// scripts would not refuse: a hash of hold counts and a read-write lock's hash are two
+    /// formats of one key, and a lock taken by a reader would count on its read hold (the same
+    /// field), one taken by the writer would wait for itself (Redisson does both). The other
+    /// way round, a read or write lock on a lock's hash, is refused by the read-write scripts
+    /// themselves (WRONGTYPE), whoever holds the lock.
+    pub(crate) fn conflicts_with(self, held: Family) -> bool {
+        self == Family::Reentrant && held != Family::Reentrant
+    }
+
+    /// What a hold of the family is, for error messages.
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Family::Reentrant => "a lock (Lock, FairLock or SpinLock)",
+            Family::Read => "the read lock",
+            Family::Write => "the write lock",
+        }
+    }
+}
+
 /// One kind of lock, as the engine needs to know it.
 pub(crate) trait LockKind: Sync {
     fn id(&self) -> KindId;

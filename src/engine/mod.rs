@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
 use crate::engine::holds::{HoldKey, HoldStatus, Holds};
-use crate::engine::kind::LockKind;
+use crate::engine::kind::{Family, LockKind};
 use crate::engine::line::Line;
 use crate::engine::options::Request;
 use crate::engine::runs::Runs;
@@ -114,7 +114,8 @@ impl Engine {
         let on_lost = {
             let line = Arc::clone(&line);
             Box::new(move |hold: &HoldKey| {
-                if hold.kind.uses_line() {
+                // The lock's kind, or another of its family that the thread re-entered by.
+                if hold.kind.id().family() == Family::Reentrant {
                     line.leave(&hold.keys, hold.thread);
                 }
             })
@@ -272,6 +273,7 @@ impl Engine {
         self.check_process()?;
         let stop = self.stop(&keys.name, request.cancel.as_ref());
         stop.check()?; // stopped already: nothing is sent
+        self.check_family(kind, keys)?;
         let held = self.acquire_useful(kind, keys, request, &stop)?;
         if let Err(err) = stop.check() {
             if let Some(held) = held {
@@ -286,6 +288,26 @@ impl Engine {
             return Err(err);
         }
         Ok(held)
+    }
+
+    /// Refuses a lock to a thread that holds the read-write lock of its name (see
+    /// [`Family::conflicts_with`]): nothing is sent.
+    fn check_family(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> Result<()> {
+        let thread = current_thread_number();
+        let Some(held) = self.holds.conflicting(kind, keys, thread) else {
+            return Ok(());
+        };
+        Err(Error::invalid(
+            "lock kind",
+            format!(
+                "the calling thread holds {} {:?}; {} of the same name is that key in another \
+                 format (a hash of hold counts), which it would corrupt or wait for forever: \
+                 release it first, or use another name",
+                held.noun(),
+                keys.name,
+                kind.id().family().noun(),
+            ),
+        ))
     }
 
     /// [`acquire`](Self::acquire) without the stop's last look.

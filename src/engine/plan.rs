@@ -34,7 +34,8 @@ pub(crate) struct AcquireFacts {
     pub(crate) one_attempt: bool,
     /// A fenced acquire: only the thread's own attempt returns its token.
     pub(crate) fenced: bool,
-    /// The thread already holds the lock through this manager.
+    /// The thread already holds the lock through this manager, by this kind or another that
+    /// counts in the same owner field (`Family`).
     pub(crate) holding: bool,
     pub(crate) deployment: Deployment,
 }

@@ -166,9 +166,11 @@ impl Engine {
                 self.line.record_yield(keys, thread, gap);
                 return;
             }
-            // After the reply, so that the next local thread's attempt finds it free.
-            self.line.leave(keys, thread);
         }
+        // After the reply, so that the next local thread's attempt finds it free. A kind
+        // without the line has the turn only when the thread took the lock through it and
+        // re-entered by this kind: its last hold passes the turn on all the same.
+        self.line.leave(keys, thread);
         if released {
             // Nobody else heard: a local waiter goes first, without the pub/sub hop.
             self.subscriber.wake_one(sent.channel);

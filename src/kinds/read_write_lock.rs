@@ -461,7 +461,10 @@ impl LockKind for Write {
 /// hold ends while it still has read holds, the lock becomes a read lock that other readers
 /// may share. The reverse is not possible: a thread with a read hold cannot take the write
 /// lock (it would wait for itself), which is refused here with
-/// [`Error::InvalidArgument`].
+/// [`Error::InvalidArgument`]. Its hash is the key of the [`Lock`] of the same name in another
+/// format: a thread that holds the read or write lock may not take that lock (nor its fair or
+/// spin lock: [`Error::InvalidArgument`]), and while anyone holds that lock both halves fail
+/// with [`Error::WrongType`].
 ///
 /// **Writers are not protected from readers.** As in Redisson, a read lock is granted whenever
 /// the lock is in read mode, even while writers wait: as long as read holds overlap without a
