@@ -141,7 +141,7 @@ impl Nodes {
         let conn = crate::topology::pool::connect_by(&self.client(info)?, 1, deadline)
             .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
-            .map_err(|source| Error::Connect { source })?;
+            .map_err(Error::connect)?;
         Ok(conn)
     }
 }
@@ -167,12 +167,11 @@ pub(crate) fn client(info: ConnectionInfo, tls_root_certificate: Option<&[u8]>) 
         ),
         _ => Client::open(info),
     }
-    .map_err(|source| Error::InvalidUrl { source })
+    .map_err(Error::invalid_url)
 }
 
 fn parse_url(url: &str) -> Result<ConnectionInfo> {
-    url.into_connection_info()
-        .map_err(|source| Error::InvalidUrl { source })
+    url.into_connection_info().map_err(Error::invalid_url)
 }
 
 /// Where commands go, and how to find out again.
@@ -317,7 +316,7 @@ impl Topology {
                     .map(|pool| (Arc::clone(pool), map.generation))
                     .ok_or_else(|| Error::Redis {
                         operation: "routing",
-                        source: redis::RedisError::from((
+                        source: crate::error::RedisFailure::new((
                             redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                             "no master serves the key's slot",
                             format!("slot {}", slot::of(key.as_bytes())),
@@ -551,13 +550,13 @@ impl Topology {
                     } else {
                         Error::Redis {
                             operation: "finding the cluster's slots",
-                            source,
+                            source: crate::error::RedisFailure::new(source),
                         }
                     }
                 })?;
         parse_cluster_slots(reply).ok_or_else(|| Error::Redis {
             operation: "finding the cluster's slots",
-            source: redis::RedisError::from((
+            source: crate::error::RedisFailure::new((
                 redis::ErrorKind::Parse,
                 "unexpected CLUSTER SLOTS reply",
             )),
@@ -599,7 +598,7 @@ impl Topology {
         if masters.is_empty() {
             return Err(Error::Redis {
                 operation: "finding the cluster's slots",
-                source: redis::RedisError::from((
+                source: crate::error::RedisFailure::new((
                     redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                     "the cluster serves no slots",
                 )),
@@ -659,7 +658,7 @@ impl Topology {
         let mut conn = self.probe_sentinel(sentinel)?;
         let asking = |source| Error::Redis {
             operation: "asking a sentinel for the master",
-            source,
+            source: crate::error::RedisFailure::new(source),
         };
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(master_name);
@@ -683,7 +682,7 @@ impl Topology {
     fn check_master(&self, host: &str, port: u16) -> Result<usize> {
         let checking = |source| Error::Redis {
             operation: "checking the master's role",
-            source,
+            source: crate::error::RedisFailure::new(source),
         };
         let mut master = self
             .nodes
@@ -738,7 +737,7 @@ impl Topology {
                 pool::query_again_if_interrupted::<HashMap<String, String>>(&mut conn, &cmd)
                     .map_err(|source| Error::Redis {
                         operation: "asking a sentinel about the master",
-                        source,
+                        source: crate::error::RedisFailure::new(source),
                     })
             });
             match asked {
@@ -764,7 +763,7 @@ impl Topology {
                 pool::query_again_if_interrupted::<Value>(conn, cmd).map_err(|source| {
                     Error::Redis {
                         operation: "asking a cluster node about its replicas",
-                        source,
+                        source: crate::error::RedisFailure::new(source),
                     }
                 })
             };
@@ -808,7 +807,7 @@ impl Topology {
             return probe(without_auth);
         }
         match probe(with_auth) {
-            Err(Error::Connect { source }) if is_refused_auth(&source) => {
+            Err(Error::Connect { source }) if is_refused_auth(source.redis()) => {
                 let mut conn = probe(without_auth).map_err(|_| Error::Connect {
                     source: source.clone(),
                 })?;
@@ -956,7 +955,7 @@ fn shard_numsub_answered(pool: &Pool) -> Result<bool> {
         Err(err) if err.code().is_some() => Ok(false),
         Err(source) => {
             conn.discard();
-            Err(Error::Connect { source })
+            Err(Error::connect(source))
         }
     }
 }
