@@ -1,8 +1,13 @@
-//! The crate's error type, and what a redis-rs error says: the server's code, whether it was
-//! an interrupted read (EINTR).
+//! The crate's error type. What Redis or the connection reported is kept in a
+//! [`RedisFailure`], in `failure.rs`, with what the crate reads from a redis-rs error.
 
 use std::fmt;
 use std::time::Duration;
+
+mod failure;
+
+pub(crate) use failure::{is_interrupted, server_code};
+pub use failure::{FailureKind, RedisFailure};
 
 /// What can go wrong when talking to the lock service.
 ///
@@ -31,20 +36,21 @@ pub enum Error {
     /// database number it does not have). The URL is not repeated, since it may contain a
     /// password.
     InvalidUrl {
-        /// The parser's complaint.
-        source: redis::RedisError,
+        /// The parser's complaint, or the server's reply
+        /// ([`kind`](RedisFailure::kind) [`Server`](FailureKind::Server)).
+        source: RedisFailure,
     },
     /// No connection to Redis could be made (refused, unreachable, wrong password, ...).
     Connect {
-        /// The last connection error.
-        source: redis::RedisError,
+        /// The last connection error; its [`kind`](RedisFailure::kind) says which.
+        source: RedisFailure,
     },
     /// Redis answered a command with an error, or the connection broke while it ran.
     Redis {
         /// What the crate was doing ("acquire", "release", "renew", ...).
         operation: &'static str,
-        /// The error from Redis or from the connection.
-        source: redis::RedisError,
+        /// The error from Redis (its [`code`](RedisFailure::code)) or from the connection.
+        source: RedisFailure,
     },
     /// A key with the lock's name exists but is not a lock (not a hash, or a hash without TTL
     /// whose fields are not hold counts: somebody's data), or, for a semaphore or a count-down
@@ -169,11 +175,25 @@ impl Error {
         }
     }
 
+    /// What Redis or the connection reported, for [`Error::Connect`], [`Error::Redis`] and
+    /// [`Error::InvalidUrl`] (for [`Error::Nodes`], the last node's); `None` for the errors
+    /// that the crate found by itself ([`Error::WrongType`], [`Error::Timeout`], ...).
+    pub fn redis_failure(&self) -> Option<&RedisFailure> {
+        match self.last() {
+            Error::InvalidUrl { source }
+            | Error::Connect { source }
+            | Error::Redis { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     /// The operation ran out of time (Redis too slow, pool exhausted, or an I/O timeout).
     pub fn is_timeout(&self) -> bool {
         match self.last() {
             Error::Timeout { .. } => true,
-            Error::Redis { source, .. } | Error::Connect { source } => source.is_timeout(),
+            Error::Redis { source, .. } | Error::Connect { source } => {
+                source.kind() == FailureKind::Timeout
+            }
             _ => false,
         }
     }
@@ -190,11 +210,10 @@ impl Error {
     pub fn is_connection_error(&self) -> bool {
         match self.last() {
             Error::Connect { .. } => true,
-            Error::Redis { source, .. } => {
-                source.is_connection_dropped()
-                    || source.is_connection_refusal()
-                    || source.is_io_error()
-            }
+            Error::Redis { source, .. } => matches!(
+                source.kind(),
+                FailureKind::Io | FailureKind::Refused | FailureKind::Timeout
+            ),
             _ => false,
         }
     }
@@ -206,7 +225,7 @@ impl Error {
     pub(crate) fn is_outage(&self) -> bool {
         self.is_connection_error()
             || matches!(self.last(), Error::Redis { source, .. } if matches!(
-                server_code(source).as_deref(),
+                source.code(),
                 Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
             ))
     }
@@ -229,6 +248,28 @@ impl Error {
         }
     }
 
+    /// [`Error::Connect`] for a redis-rs error.
+    pub(crate) fn connect(source: impl Into<redis::RedisError>) -> Self {
+        Error::Connect {
+            source: RedisFailure::new(source),
+        }
+    }
+
+    /// [`Error::InvalidUrl`] for a redis-rs error.
+    pub(crate) fn invalid_url(source: impl Into<redis::RedisError>) -> Self {
+        Error::InvalidUrl {
+            source: RedisFailure::new(source),
+        }
+    }
+
+    /// [`Error::Redis`] for a redis-rs error.
+    pub(crate) fn redis(operation: &'static str, source: impl Into<redis::RedisError>) -> Self {
+        Error::Redis {
+            operation,
+            source: RedisFailure::new(source),
+        }
+    }
+
     /// Classifies an error from opening a connection: a database number the server does not
     /// have is the URL's fault, which no retry mends; anything else is a failure to connect.
     pub(crate) fn from_connect(source: redis::RedisError) -> Self {
@@ -238,9 +279,9 @@ impl Error {
             .detail()
             .is_some_and(|detail| detail.contains("DB index is out of range"))
         {
-            Error::InvalidUrl { source }
+            Error::invalid_url(source)
         } else {
-            Error::Connect { source }
+            Error::connect(source)
         }
     }
 
@@ -259,9 +300,9 @@ impl Error {
             || source.kind() == redis::ErrorKind::AuthenticationFailed
         {
             // Credentials missing or refused: the connection is useless, not the command.
-            Error::Connect { source }
+            Error::connect(source)
         } else {
-            Error::Redis { operation, source }
+            Error::redis(operation, source)
         }
     }
 }
@@ -365,57 +406,12 @@ impl std::error::Error for Error {
         match self {
             Error::InvalidUrl { source }
             | Error::Connect { source }
-            | Error::Redis { source, .. } => Some(source),
+            | Error::Redis { source, .. } => Some(source.redis()),
             Error::ThreadSpawn { source } => Some(source),
             Error::Nodes { tried, .. } => tried.last().map(|(_, err)| err as _),
             _ => None,
         }
     }
-}
-
-/// The server's error code (`WRONGTYPE`, `NOAUTH`, ...), also when the error came from a
-/// pipeline, where redis-rs keeps the codes per command and reports none for the whole, and
-/// when a command inside a script failed on Redis 6, which wraps its error in an `ERR`
-/// (`ERR Error running script (call to f_...): @user_script:1: WRONGTYPE Operation ...`;
-/// Redis 7 and Valkey pass the inner code on).
-pub(crate) fn server_code(err: &redis::RedisError) -> Option<String> {
-    let code = match err.code() {
-        Some(code) => code.to_owned(),
-        None => {
-            let errors = err.clone().into_server_errors()?;
-            errors.first().map(|(_, e)| e.code().to_owned())?
-        }
-    };
-    if code == "ERR" {
-        if let Some(inner) = err.detail().and_then(script_error_code) {
-            return Some(inner.to_owned());
-        }
-    }
-    Some(code)
-}
-
-/// Whether `err` is an I/O error of kind `Interrupted` (EINTR).
-pub(crate) fn is_interrupted(err: &redis::RedisError) -> bool {
-    use std::error::Error as _;
-    if !err.is_io_error() {
-        return false;
-    }
-    // redis-rs keeps the io::Error behind an `Arc<dyn Error>` and shows it only as the source;
-    // should that change, this says false and the connect fails as it did before.
-    let source = err.source();
-    let io = source
-        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
-        .and_then(|arc| arc.downcast_ref::<std::io::Error>())
-        .or_else(|| source.and_then(|s| s.downcast_ref::<std::io::Error>()));
-    io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
-}
-
-/// The code of the error a command raised inside a script, from Redis 6's wrapper's detail.
-fn script_error_code(detail: &str) -> Option<&str> {
-    let (_, after) = detail.split_once("@user_script:")?;
-    let (_, message) = after.split_once(": ")?;
-    let code = message.split(' ').next()?;
-    (!code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase())).then_some(code)
 }
 
 /// Quotes a lock name for a message, cutting very long names so an error stays readable.
@@ -434,22 +430,6 @@ fn shorten(name: &str) -> String {
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn redis_6_script_errors_are_read_for_their_inner_code() {
-        let wrapped = redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-            "script",
-            "Error running script (call to f_1a2b): @user_script:1: WRONGTYPE Operation \
-             against a key holding the wrong kind of value"
-                .to_owned(),
-        ));
-        assert_eq!(
-            script_error_code(wrapped.detail().unwrap()),
-            Some("WRONGTYPE")
-        );
-        assert_eq!(script_error_code("Error running script: not one"), None);
-        assert_eq!(script_error_code("x @user_script:3: oops lower"), None);
-    }
     use super::*;
 
     #[test]
@@ -464,16 +444,5 @@ mod tests {
             after: Duration::ZERO,
         };
         assert_eq!(unknown.to_string(), "renew timed out");
-    }
-
-    #[test]
-    fn only_an_interrupted_io_error_is_taken_for_one() {
-        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
-        // The downcast follows redis-rs' private representation: this fails if that changes.
-        assert!(is_interrupted(&io(std::io::ErrorKind::Interrupted)));
-        assert!(!is_interrupted(&io(std::io::ErrorKind::ConnectionReset)));
-        assert!(!is_interrupted(&io(std::io::ErrorKind::WouldBlock)));
-        let other = redis::RedisError::from((redis::ErrorKind::Io, "interrupted, in words only"));
-        assert!(!is_interrupted(&other));
     }
 }

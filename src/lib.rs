@@ -212,7 +212,8 @@
 //! Sentinel or a cluster a failover within its own wait (60 s at most without a limit). A
 //! key of the lock's name that is not a lock (another type, or a hash of somebody's data) is
 //! reported as [`Error::WrongType`] and left untouched. Releasing a lock that is no longer yours is [`Error::NotHeld`] and changes
-//! nothing on Redis.
+//! nothing on Redis. What Redis or the connection reported is a [`RedisFailure`]
+//! ([`Error::redis_failure`]): its [`FailureKind`], and the server's error code and words.
 //!
 //! # Cancelling waits and shutting down
 //!
@@ -409,7 +410,7 @@ pub mod lua {
 
 pub use cancel::CancelToken;
 pub use engine::options::{AcquireOptions, Lease, WaitOptions};
-pub use error::{Error, Result};
+pub use error::{Error, FailureKind, RedisFailure, Result};
 pub use health::{Health, HealthChange, HEALTH_CHANGES_CAPACITY};
 pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair_lock::FairLock;

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_rlock::{Error, LockManager, Result};
+use redis_rlock::{Error, FailureKind, LockManager, Result};
 use support::RedisServer;
 
 #[test]
@@ -131,6 +131,15 @@ fn a_database_number_the_server_does_not_have_is_an_invalid_url() {
         err.to_string().contains("DB index is out of range"),
         "{err}"
     );
+    // The server's reply, as the crate's own data.
+    let Error::InvalidUrl { source } = &err else {
+        unreachable!()
+    };
+    assert_eq!(source.kind(), FailureKind::Server, "{err}");
+    assert_eq!(source.code(), Some("ERR"), "{err}");
+    assert_eq!(source.detail(), Some("DB index is out of range"), "{err}");
+    let client_error = std::error::Error::source(&err).expect("the client's error");
+    assert_eq!(client_error.to_string(), source.to_string());
     // The last one it has works.
     let manager = LockManager::new(&url(3)).expect("database 3 of 4");
     manager.lock("db3").unwrap().unlock().unwrap();
@@ -143,9 +152,16 @@ fn a_wrong_password_is_a_connect_error() {
     let err = LockManager::new(&wrong).unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(!err.to_string().contains("wrong-password"), "{err}");
+    let failure = err.redis_failure().expect("the refusal");
+    assert_eq!(failure.kind(), FailureKind::Authentication, "{err}");
     let none = format!("redis://127.0.0.1:{}/", server.port());
     let err = LockManager::new(&none).unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err}");
+    let Error::Connect { source } = &err else {
+        unreachable!()
+    };
+    assert_eq!(source.kind(), FailureKind::Authentication, "{err}");
+    assert_eq!(source.code(), Some("NOAUTH"), "{err}");
     // And the right one works.
     let manager = LockManager::new(&server.url()).expect("right password");
     manager.lock("authed").unwrap().unlock().unwrap();
@@ -160,6 +176,13 @@ fn redis_down_at_start_is_a_connect_error() {
     let err = LockManager::new(&url).unwrap_err();
     assert!(err.is_connection_error(), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+    // Nobody listens on the port any more: refused, with no reply from a server.
+    let Error::Connect { source } = &err else {
+        panic!("not a connect error: {err:?}")
+    };
+    assert_eq!(source.kind(), FailureKind::Refused, "{err}");
+    assert_eq!((source.code(), source.detail()), (None, None), "{err}");
+    assert!(std::error::Error::source(&err).is_some(), "{err}");
 }
 
 #[test]
@@ -227,6 +250,8 @@ fn a_key_that_is_not_a_lock_is_reported_and_left_alone() -> Result<()> {
     for err in errors {
         assert!(err.is_wrong_type(), "{err}");
         assert!(err.to_string().contains("not a lock"), "{err}");
+        // The server's WRONGTYPE, read by the crate: no failure of Redis' to look into.
+        assert!(err.redis_failure().is_none(), "{err}");
     }
     let value: String = conn.get("user-data").unwrap();
     assert_eq!(value, "precious");

@@ -237,6 +237,14 @@ mod tests {
             .into_owned()
     }
 
+    /// What Redis' client says when nothing listens on port 1: a real failure, for the kinds
+    /// of error that carry one (nobody outside redis-rlock can make one up).
+    fn refused() -> redis_rlock::RedisFailure {
+        let err = redis_rlock::LockManager::new("redis://127.0.0.1:1/")
+            .expect_err("nothing listens on port 1");
+        err.redis_failure().expect("a refused connection").clone()
+    }
+
     #[test]
     fn a_panic_becomes_a_result_code_and_a_message() {
         let result = guarded(|| panic!("boom at the boundary"));
@@ -261,7 +269,6 @@ mod tests {
     /// notices a kind mapped wrongly or left to it.)
     #[test]
     fn errors_map_to_stable_codes() {
-        let redis = || redis::RedisError::from((redis::ErrorKind::Io, "gone"));
         let cases = [
             (
                 Error::InvalidName { reason: "r".into() },
@@ -275,7 +282,7 @@ mod tests {
                 REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (
-                Error::InvalidUrl { source: redis() },
+                Error::InvalidUrl { source: refused() },
                 REDIS_RLOCK_INVALID_ARGUMENT,
             ),
             (
@@ -293,11 +300,14 @@ mod tests {
                 },
                 REDIS_RLOCK_NOT_HELD,
             ),
-            (Error::Connect { source: redis() }, REDIS_RLOCK_REDIS_ERROR),
+            (
+                Error::Connect { source: refused() },
+                REDIS_RLOCK_REDIS_ERROR,
+            ),
             (
                 Error::Redis {
                     operation: "acquire",
-                    source: redis(),
+                    source: refused(),
                 },
                 REDIS_RLOCK_REDIS_ERROR,
             ),

@@ -87,8 +87,8 @@ fn check_on(
     for channel in channels {
         match store.publish_at(pool.addr(), channel, "0", response_timeout) {
             Ok(()) => {}
-            Err(Error::Redis { source, .. }) if is_noperm(&source) => {
-                return Err(refused("PUBLISH", channel, &source));
+            Err(Error::Redis { source, .. }) if is_noperm(source.redis()) => {
+                return Err(refused("PUBLISH", channel, source.redis()));
             }
             Err(err) if err.is_timeout() => return Err(unanswered(pool, channel, err)),
             Err(err) => return Err(err),
@@ -98,7 +98,7 @@ fn check_on(
         // The process was stopped and continued while the probe waited for a reply (EINTR,
         // see `pool::connect_by`): nothing is known about the rights yet, and the probe's
         // connection is thrown away either way, so it is made again, once.
-        Err(Error::Redis { source, .. }) if crate::error::is_interrupted(&source) => {
+        Err(Error::Redis { source, .. }) if crate::error::is_interrupted(source.redis()) => {
             log::debug!("checking the right to subscribe was interrupted ({source}); again");
             check_subscribe(pool, store, channels, response_timeout)
         }
@@ -138,10 +138,7 @@ pub(crate) fn check_subscribe(
 ) -> Result<()> {
     let mut listener = store.connect_listener_at(pool.addr())?;
     let conn = listener.raw();
-    let probe_error = |source: RedisError| Error::Redis {
-        operation: "checking the right to subscribe",
-        source,
-    };
+    let probe_error = |source: RedisError| Error::redis("checking the right to subscribe", source);
     conn.set_read_timeout(Some(response_timeout))
         .map_err(probe_error)?;
     // Every SUBSCRIBE in one write; the replies come back in the same order.
@@ -181,7 +178,7 @@ fn is_noperm(err: &RedisError) -> bool {
 /// The error for a refused right: the user's credentials do not allow what the locks need.
 fn refused(right: &str, channel: &str, source: &RedisError) -> Error {
     Error::Connect {
-        source: RedisError::from((
+        source: crate::error::RedisFailure::new((
             ErrorKind::Server(ServerErrorKind::NoPerm),
             "the Redis user lacks a channel right that the locks need",
             format!("{right} to {channel:?} was refused ({source}); {GRANT}"),

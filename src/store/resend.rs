@@ -50,7 +50,7 @@ impl Failed {
                     Some("MOVED" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN")
                 ) || err.is_connection_refusal()
             }
-            Failed::Other(Error::Connect { source }) => source.is_connection_refusal(),
+            Failed::Other(Error::Connect { source }) => source.redis().is_connection_refusal(),
             Failed::Other(_) => false,
         }
     }

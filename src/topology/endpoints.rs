@@ -200,7 +200,7 @@ fn decode(text: &str) -> String {
 fn bad_url(url: &str, reason: &str) -> Error {
     let shown = redact_url(url);
     Error::InvalidUrl {
-        source: redis::RedisError::from((
+        source: crate::error::RedisFailure::new((
             redis::ErrorKind::InvalidClientConfig,
             "invalid URL",
             format!("{shown}: {reason}"),

@@ -142,7 +142,7 @@ impl Nodes {
         let conn = crate::topology::pool::connect_by(&self.client(info)?, 1, deadline)
             .map_err(Error::from_connect)?;
         conn.set_read_timeout(Some(self.response_timeout))
-            .map_err(|source| Error::Connect { source })?;
+            .map_err(Error::connect)?;
         Ok(conn)
     }
 }
@@ -168,12 +168,11 @@ pub(crate) fn client(info: ConnectionInfo, tls_root_certificate: Option<&[u8]>) 
         ),
         _ => Client::open(info),
     }
-    .map_err(|source| Error::InvalidUrl { source })
+    .map_err(Error::invalid_url)
 }
 
 fn parse_url(url: &str) -> Result<ConnectionInfo> {
-    url.into_connection_info()
-        .map_err(|source| Error::InvalidUrl { source })
+    url.into_connection_info().map_err(Error::invalid_url)
 }
 
 /// Where commands go, and how to find out again.
@@ -318,7 +317,7 @@ impl Topology {
                     .map(|pool| (Arc::clone(pool), map.generation))
                     .ok_or_else(|| Error::Redis {
                         operation: "routing",
-                        source: redis::RedisError::from((
+                        source: crate::error::RedisFailure::new((
                             redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                             "no master serves the key's slot",
                             format!("slot {}", slot::of(key.as_bytes())),
@@ -550,13 +549,13 @@ impl Topology {
                     } else {
                         Error::Redis {
                             operation: "finding the cluster's slots",
-                            source,
+                            source: crate::error::RedisFailure::new(source),
                         }
                     }
                 })?;
         parse_cluster_slots(reply).ok_or_else(|| Error::Redis {
             operation: "finding the cluster's slots",
-            source: redis::RedisError::from((
+            source: crate::error::RedisFailure::new((
                 redis::ErrorKind::Parse,
                 "unexpected CLUSTER SLOTS reply",
             )),
@@ -598,7 +597,7 @@ impl Topology {
         if masters.is_empty() {
             return Err(Error::Redis {
                 operation: "finding the cluster's slots",
-                source: redis::RedisError::from((
+                source: crate::error::RedisFailure::new((
                     redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                     "the cluster serves no slots",
                 )),
@@ -658,7 +657,7 @@ impl Topology {
         let mut conn = self.probe_sentinel(sentinel)?;
         let asking = |source| Error::Redis {
             operation: "asking a sentinel for the master",
-            source,
+            source: crate::error::RedisFailure::new(source),
         };
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(master_name);
@@ -682,7 +681,7 @@ impl Topology {
     fn check_master(&self, host: &str, port: u16) -> Result<usize> {
         let checking = |source| Error::Redis {
             operation: "checking the master's role",
-            source,
+            source: crate::error::RedisFailure::new(source),
         };
         let mut master = self
             .nodes
@@ -733,7 +732,7 @@ impl Topology {
                 pool::query_again_if_interrupted::<HashMap<String, String>>(&mut conn, &cmd)
                     .map_err(|source| Error::Redis {
                         operation: "asking a sentinel about the master",
-                        source,
+                        source: crate::error::RedisFailure::new(source),
                     })
             });
             match asked {
@@ -759,7 +758,7 @@ impl Topology {
                 pool::query_again_if_interrupted::<Value>(conn, cmd).map_err(|source| {
                     Error::Redis {
                         operation: "asking a cluster node about its replicas",
-                        source,
+                        source: crate::error::RedisFailure::new(source),
                     }
                 })
             };
@@ -803,7 +802,7 @@ impl Topology {
             return probe(without_auth);
         }
         match probe(with_auth) {
-            Err(Error::Connect { source }) if is_refused_auth(&source) => {
+            Err(Error::Connect { source }) if is_refused_auth(source.redis()) => {
                 let mut conn = probe(without_auth).map_err(|_| Error::Connect {
                     source: source.clone(),
                 })?;
@@ -951,7 +950,7 @@ fn shard_numsub_answered(pool: &Pool) -> Result<bool> {
         Err(err) if err.code().is_some() => Ok(false),
         Err(source) => {
             conn.discard();
-            Err(Error::Connect { source })
+            Err(Error::connect(source))
         }
     }
 }

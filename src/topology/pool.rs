@@ -231,10 +231,10 @@ impl Pool {
             return self.connect_speaking(redis::ProtocolVersion::RESP2);
         }
         match self.connect_speaking(redis::ProtocolVersion::RESP3) {
-            Err(Error::Connect { source }) if pubsub_connection::refused_hello(&source) => {
+            Err(Error::Connect { source }) if pubsub_connection::refused_hello(source.redis()) => {
                 if protocol == PubSubProtocol::Resp3 {
                     return Err(Error::Connect {
-                        source: redis::RedisError::from((
+                        source: crate::error::RedisFailure::new((
                             redis::ErrorKind::RESP3NotSupported,
                             "the server refused HELLO 3, which PubSubProtocol::Resp3 needs",
                             format!(
@@ -259,8 +259,7 @@ impl Pool {
     fn connect_speaking(&self, protocol: redis::ProtocolVersion) -> Result<PubSubConnection> {
         let info = self.client.get_connection_info().clone();
         let settings = info.redis_settings().clone().set_protocol(protocol);
-        let client = Client::open(info.set_redis_settings(settings))
-            .map_err(|source| Error::InvalidUrl { source })?;
+        let client = Client::open(info.set_redis_settings(settings)).map_err(Error::invalid_url)?;
         let deadline = Instant::now() + self.connect_timeout;
         // HELLO, or AUTH, and SELECT: one reply more than the pool's RESP2 setup at most.
         let conn =
@@ -379,7 +378,7 @@ impl Pool {
         let timeout = Some(self.response_timeout);
         conn.set_read_timeout(timeout)
             .and_then(|()| conn.set_write_timeout(timeout))
-            .map_err(|source| Error::Connect { source })?;
+            .map_err(Error::connect)?;
         Ok(conn)
     }
 

@@ -42,7 +42,7 @@ impl Failure {
     pub fn from_lock_error(err: redis_rlock::Error, url: &str) -> Self {
         if let redis_rlock::Error::InvalidUrl { source } = &err {
             if err.to_string().contains("expected ")
-                || matches!(source.kind(), redis::ErrorKind::Server(_))
+                || source.kind() == redis_rlock::FailureKind::Server
             {
                 // The library named the forms already, or the URL parsed and the server
                 // refused what it names (a database number it does not have).
