@@ -388,7 +388,8 @@ mod topology;
 pub mod lua {
     pub use crate::kinds::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
     pub use crate::kinds::read_write_lock::{
-        READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
+        READ_ACQUIRE, READ_RELEASE, READ_RENEW, RW_FORCE_UNLOCK, RW_INSPECT, WRITE_ACQUIRE,
+        WRITE_RELEASE,
     };
     pub use crate::store::scripts::{
         ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
@@ -413,6 +414,7 @@ pub use engine::options::{AcquireOptions, Lease, WaitOptions};
 pub use error::{Error, FailureKind, RedisFailure, Result};
 pub use health::{Health, HealthChange, HEALTH_CHANGES_CAPACITY};
 pub use kinds::count_down_latch::CountDownLatch;
+pub use kinds::distributed_lock::DistributedLock;
 pub use kinds::fair_lock::FairLock;
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemaphore};

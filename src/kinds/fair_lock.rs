@@ -391,6 +391,28 @@ impl FairLock {
         self.lock.is_locked()
     }
 
+    /// Whether the calling thread holds the lock through this manager.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        self.lock.is_held_by_current_thread()
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it holds none).
+    pub fn hold_count(&self) -> Result<u32> {
+        self.lock.hold_count()
+    }
+
+    /// The lock's remaining lease as Redis sees it; `None` when nobody holds it.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.lock.remaining_ttl()
+    }
+
+    /// Deletes the lock whoever holds it and tells the first live waiter in the queue, on its
+    /// own channel (Redisson's `RFairLock.forceUnlock`); `true` if it was held. As
+    /// [`Lock::force_unlock`], which it is.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.lock.force_unlock()
+    }
+
     /// Acquires as `options` say (wait limit, lease, fencing token); the general form of the
     /// shorthands. `Ok(None)` only when a wait limit was given and passed.
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
