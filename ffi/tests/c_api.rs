@@ -228,7 +228,7 @@ fn the_spin_lock_is_taken_re_entered_refused_while_held_and_released_from_c() {
         out.path(),
     );
     let output = run(&exe, &[server.url()], true);
-    assert_clean_run(&output, "spin_lock: 23 checks passed");
+    assert_clean_run(&output, "spin_lock: 24 checks passed");
 }
 
 #[test]
