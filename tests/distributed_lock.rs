@@ -380,6 +380,13 @@ fn each_half_of_a_read_write_lock_force_unlocks_only_its_own_mode() -> Result<()
     assert!(writer_read(&a).force_unlock()?);
     assert!(r.unlock().is_err(), "forced out");
     assert_eq!(hash(&mut conn, "dl:halves"), HashMap::new());
+
+    // A key that is not a hash is no read-write lock: refused, and left alone.
+    let _: () = conn.set("dl:halves", "data").unwrap();
+    assert!(matches!(read.is_locked(), Err(Error::WrongType { .. })));
+    assert!(matches!(write.hold_count(), Err(Error::WrongType { .. })));
+    assert!(matches!(write.force_unlock(), Err(Error::WrongType { .. })));
+    assert_eq!(conn.get::<_, String>("dl:halves").unwrap(), "data");
     Ok(())
 }
 

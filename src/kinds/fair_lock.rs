@@ -356,8 +356,8 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 /// Reentrant per thread like [`Lock`], and one lock with the [`Lock`] and the spin lock of its
 /// name: a thread holding one of them re-enters by this one, as in Redisson. Every acquire
 /// returns a [`LockGuard`] that releases one hold, with the lost signal and (through
-/// [`acquire`](Self::acquire) with [`AcquireOptions::fenced`]) fencing tokens from the same
-/// counter as [`Lock::lock_fenced`].
+/// [`lock_fenced`](Self::lock_fenced), or [`acquire`](Self::acquire) with
+/// [`AcquireOptions::fenced`]) fencing tokens from the same counter as [`Lock::lock_fenced`].
 ///
 /// A waiter keeps its place for its wait limit (`try_lock(wait)`), or, when it waits without
 /// limit, for the manager's
