@@ -404,18 +404,28 @@ redis_rlock_result redis_rlock_count_down_latch_count(redis_rlock_manager *m,
                                                       uint64_t *count);
 
 /**
+ * Waits as long as it takes for the count of `name` to reach zero (as `std::sync::Condvar`'s
+ * `wait`). `REDIS_RLOCK_OK` once it is zero; `REDIS_RLOCK_SHUTDOWN` when the manager was shut
+ * down. A bounded wait is `redis_rlock_count_down_latch_wait_timeout`; to end the wait from
+ * another thread, use `redis_rlock_count_down_latch_wait_with`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+ */
+redis_rlock_result redis_rlock_count_down_latch_wait(redis_rlock_manager *m, const char *name);
+
+/**
  * Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
- * Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero. To end the
- * wait from another thread, use `redis_rlock_count_down_latch_wait_with`.
+ * Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
  *
  * # Safety
  * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
  * or valid for a write.
  */
-redis_rlock_result redis_rlock_count_down_latch_wait(redis_rlock_manager *m,
-                                                     const char *name,
-                                                     uint64_t timeout_ms,
-                                                     bool *opened);
+redis_rlock_result redis_rlock_count_down_latch_wait_timeout(redis_rlock_manager *m,
+                                                             const char *name,
+                                                             uint64_t timeout_ms,
+                                                             bool *opened);
 
 /**
  * Waits for the count of `name` to reach zero as `opts` say (NULL: as long as it takes, no
@@ -1067,6 +1077,45 @@ redis_rlock_result redis_rlock_semaphore_acquire_with(redis_rlock_manager *m,
                                                       uint32_t permits,
                                                       const redis_rlock_wait_options *opts,
                                                       bool *acquired);
+
+/**
+ * Waits as long as it takes to acquire the spin lock `name`, polling with a back-off (up to
+ * 128 ms) instead of listening for the release. The watchdog renews the lease until the
+ * guard is unlocked or freed; the same thread locking again re-enters. Result codes and
+ * ownership of `*out` as for `redis_rlock_lock`. Its cancellable form is
+ * `redis_rlock_spin_acquire`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
+ * valid for a write.
+ */
+redis_rlock_result redis_rlock_spin_lock(redis_rlock_manager *m,
+                                         const char *name,
+                                         redis_rlock_guard **out);
+
+/**
+ * Acquires the spin lock `name` as `opts` say, as `redis_rlock_acquire` does.
+ *
+ * # Safety
+ * As for `redis_rlock_acquire`.
+ */
+redis_rlock_result redis_rlock_spin_acquire(redis_rlock_manager *m,
+                                            const char *name,
+                                            const redis_rlock_lock_options *opts,
+                                            redis_rlock_guard **out);
+
+/**
+ * Tries to acquire the spin lock `name` for up to `wait_ms` milliseconds (0: one attempt),
+ * with the watchdog. `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait passed.
+ * Ownership as for `redis_rlock_lock`.
+ *
+ * # Safety
+ * As for `redis_rlock_spin_lock`.
+ */
+redis_rlock_result redis_rlock_spin_try_lock(redis_rlock_manager *m,
+                                             const char *name,
+                                             uint64_t wait_ms,
+                                             redis_rlock_guard **out);
 
 /**
  * Copies the manager's counters into `*out`: no I/O, cheap enough to call for every metrics

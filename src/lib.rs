@@ -87,8 +87,15 @@
 //!   a [`ReadLock`] shared by any number of readers and an exclusive [`WriteLock`]. As in
 //!   Redisson, readers that keep overlapping keep a writer waiting.
 //!
-//! Each has `lock`, `try_lock`, `lock_with_lease`, `try_lock_with_lease` and `acquire`, and
-//! returns a [`LockGuard`]. From Redisson to here:
+//! Every lock kind answers the same calls, as every Redisson lock is an `RLock`: the six
+//! acquiring shorthands (`lock`, `try_lock`, `lock_with_lease`, `try_lock_with_lease`,
+//! `lock_fenced`, `try_lock_fenced`) and `acquire`, each returning a [`LockGuard`], and
+//! `is_locked`, `is_held_by_current_thread`, `hold_count`, `remaining_ttl` and `force_unlock`.
+//! They are each kind's own methods (no import needed) and the trait [`DistributedLock`], for
+//! code that takes any kind, also as `&dyn DistributedLock`. A [`ReadLock`] or [`WriteLock`]
+//! answers for the read-write lock's one hash, as in Redisson: `is_locked` while it is held in
+//! that mode, `hold_count` of that half, `force_unlock` only in that mode. From Redisson to
+//! here:
 //!
 //! | Redisson | here | waiters | fencing |
 //! |---|---|---|---|
@@ -97,8 +104,7 @@
 //! | `getSpinLock(name)` | [`LockManager::get_spin_lock`] → [`SpinLock`] | poll, 1 ms doubling to 128 ms; no message | yes |
 //! | `getReadWriteLock(name)` | [`LockManager::get_read_write_lock`] → [`ReadWriteLock`] | woken by the unlock message | write lock only |
 //!
-//! [`SpinLock`] also has the inspection calls and `force_unlock` (which publishes nothing
-//! either).
+//! A [`SpinLock`]'s `force_unlock` publishes nothing either.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -279,6 +285,9 @@
 //!   name on each of N independent masters, held by a majority. Its docs say what it does
 //!   and does not promise (process pauses, clock jumps; no fencing token across masters).
 //!
+//! Both have the four shorthands (`lock`, `try_lock`, `lock_with_lease`,
+//! `try_lock_with_lease`) and `acquire`, and their guards a lost signal.
+//!
 //! # Semaphores and count-down latches
 //!
 //! A manager also hands out Redisson's other two waiting primitives, stored and announced
@@ -288,7 +297,8 @@
 //!   permits under the name's key. Permits have no owner (any thread may release them) and no
 //!   lease; [`Semaphore::acquire_guard`] returns [`SemaphorePermits`] that go back on drop.
 //! - [`CountDownLatch`] ([`LockManager::get_count_down_latch`], Redisson's `RCountDownLatch`):
-//!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero.
+//!   a count that [`wait`](CountDownLatch::wait) blocks on until it reaches zero (as a
+//!   `Condvar`: [`wait_timeout`](CountDownLatch::wait_timeout) is the bounded wait).
 //! - [`PermitExpirableSemaphore`] ([`LockManager::get_permit_expirable_semaphore`],
 //!   Redisson's `RPermitExpirableSemaphore`): a semaphore whose permits have ids (what
 //!   [`acquire`](PermitExpirableSemaphore::acquire) returns and
@@ -388,7 +398,8 @@ mod topology;
 pub mod lua {
     pub use crate::kinds::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
     pub use crate::kinds::read_write_lock::{
-        READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ACQUIRE, WRITE_RELEASE,
+        READ_ACQUIRE, READ_RELEASE, READ_RENEW, RW_FORCE_UNLOCK, RW_INSPECT, WRITE_ACQUIRE,
+        WRITE_RELEASE,
     };
     pub use crate::store::scripts::{
         ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
@@ -413,6 +424,7 @@ pub use engine::options::{AcquireOptions, Lease, WaitOptions};
 pub use error::{Error, FailureKind, RedisFailure, Result};
 pub use health::{Health, HealthChange, HEALTH_CHANGES_CAPACITY};
 pub use kinds::count_down_latch::CountDownLatch;
+pub use kinds::distributed_lock::DistributedLock;
 pub use kinds::fair_lock::FairLock;
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemaphore};

@@ -37,7 +37,7 @@ fn empty_and_oversized_names_are_refused_by_every_operation() -> Result<()> {
             semaphore.try_acquire(1, wait).map(drop).unwrap_err(),
             semaphore.available_permits().map(drop).unwrap_err(),
             latch.try_set_count(1).map(drop).unwrap_err(),
-            latch.wait(wait).map(drop).unwrap_err(),
+            latch.wait_timeout(wait).map(drop).unwrap_err(),
         ];
         for err in errors.into_iter().chain(others) {
             assert!(matches!(err, Error::InvalidName { .. }), "{err}");

@@ -213,7 +213,7 @@ fn a_semaphore_acquire_ends_at_cancel_and_takes_nothing() {
     let token = CancelToken::new();
     let waiter = {
         let (semaphore, token) = (semaphore.clone(), token.clone());
-        thread::spawn(move || semaphore.acquire_with(1, &WaitOptions::new().cancel_token(&token)))
+        thread::spawn(move || semaphore.acquire_with(1, WaitOptions::new().cancel_token(&token)))
     };
     assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
     cancel_and_expect("semaphore", &token, waiter);
@@ -244,7 +244,7 @@ fn a_permit_expirable_semaphore_acquire_ends_at_cancel_and_takes_nothing() {
         let (semaphore, token) = (semaphore.clone(), token.clone());
         thread::spawn(move || {
             let options = WaitOptions::new().cancel_token(&token);
-            semaphore.acquire_with(Some(Duration::from_secs(60)), &options)
+            semaphore.acquire_with(Some(Duration::from_secs(60)), options)
         })
     };
     assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
@@ -280,7 +280,7 @@ fn a_cancel_racing_a_release_leaves_a_permit_held_or_free_never_lost() {
         let waiter = {
             let (semaphore, token) = (semaphore.clone(), token.clone());
             thread::spawn(move || {
-                semaphore.acquire_with(None, &WaitOptions::new().cancel_token(&token))
+                semaphore.acquire_with(None, WaitOptions::new().cancel_token(&token))
             })
         };
         assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
@@ -331,9 +331,7 @@ fn stopped_while_an_attempt_is_in_flight(
     let token = CancelToken::new();
     let waiter = {
         let (semaphore, token) = (waiting.get_permit_expirable_semaphore(name), token.clone());
-        thread::spawn(move || {
-            semaphore.acquire_with(None, &WaitOptions::new().cancel_token(&token))
-        })
+        thread::spawn(move || semaphore.acquire_with(None, WaitOptions::new().cancel_token(&token)))
     };
     assert!(eventually(SETTLE, || waiting.waiting_channel_count() == 1));
     let acquire = redis::Script::new(redis_rlock::lua::PERMIT_SEMAPHORE_ACQUIRE);
@@ -366,7 +364,7 @@ fn a_permit_taken_as_the_wait_was_stopped_is_given_back() {
 }
 
 #[test]
-fn a_latch_wait_ends_at_cancel_and_wait_for_zero_waits_without_limit() {
+fn a_latch_wait_ends_at_cancel_and_wait_waits_without_limit() {
     let server = RedisServer::start();
     let manager = manager(&server);
     let latch = manager.get_count_down_latch("cancel:latch");
@@ -374,23 +372,20 @@ fn a_latch_wait_ends_at_cancel_and_wait_for_zero_waits_without_limit() {
     let token = CancelToken::new();
     let waiter = {
         let (latch, token) = (latch.clone(), token.clone());
-        thread::spawn(move || latch.wait_with(&WaitOptions::new().cancel_token(&token)))
+        thread::spawn(move || latch.wait_with(WaitOptions::new().cancel_token(&token)))
     };
     assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
     cancel_and_expect("latch", &token, waiter);
     // Without a limit and without a token: returns when the count reaches zero.
     let forever = {
         let latch = latch.clone();
-        thread::spawn(move || latch.wait_for_zero())
+        thread::spawn(move || latch.wait())
     };
     assert!(eventually(SETTLE, || manager.waiting_channel_count() == 1));
     let opened = Instant::now();
     latch.count_down().unwrap();
     forever.join().unwrap().unwrap();
-    println!(
-        "wait_for_zero returned {:?} after the count-down",
-        opened.elapsed()
-    );
+    println!("wait returned {:?} after the count-down", opened.elapsed());
 }
 
 #[test]
@@ -449,15 +444,15 @@ fn a_token_cancelled_before_the_call_sends_nothing() {
             .map(drop),
         manager
             .get_semaphore("cancel:early-sem")
-            .acquire_with(1, &WaitOptions::new().cancel_token(&token))
+            .acquire_with(1, WaitOptions::new().cancel_token(&token))
             .map(drop),
         manager
             .get_count_down_latch("cancel:early-latch")
-            .wait_with(&WaitOptions::new().cancel_token(&token))
+            .wait_with(WaitOptions::new().cancel_token(&token))
             .map(drop),
         manager
             .get_permit_expirable_semaphore("cancel:early-pes")
-            .acquire_with(None, &WaitOptions::new().cancel_token(&token))
+            .acquire_with(None, WaitOptions::new().cancel_token(&token))
             .map(drop),
         RedLock::new(vec![manager.get_lock("cancel:early")])
             .acquire(options.clone())

@@ -780,6 +780,70 @@ fn ctrl_c_at_the_terminal_reaches_the_command_once() {
 }
 
 #[test]
+fn run_and_unlock_take_the_kind_of_lock_named_by_kind() {
+    let server = RedisServer::start();
+    let port = server.port().to_string();
+    // The command prints how its lock looks from the server while it runs.
+    let show = format!(
+        "redis-cli -p {port} hget cli-kinds mode; redis-cli -p {port} hlen cli-kinds; \
+         redis-cli -p {port} llen 'redisson_lock_queue:{{cli-kinds}}'"
+    );
+    let mut seen = Vec::new();
+    for kind in ["lock", "fair", "spin", "read", "write"] {
+        let out = output(redis_rlock(
+            &server,
+            &["run", "cli-kinds", "--kind", kind, "--", "sh", "-c", &show],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", stderr_of(&out));
+        seen.push((kind, String::from_utf8(out.stdout).unwrap()));
+        assert!(!exists(&server, "cli-kinds"), "{kind}: released");
+    }
+    let plain = "\n1\n0\n"; // no mode, one owner field, nobody queued
+    assert_eq!(
+        seen,
+        [
+            ("lock", plain.to_owned()),
+            ("fair", plain.to_owned()),
+            ("spin", plain.to_owned()),
+            ("read", "read\n2\n0\n".to_owned()),
+            ("write", "write\n2\n0\n".to_owned()),
+        ]
+    );
+    let out = output(redis_rlock(
+        &server,
+        &[
+            "run",
+            "cli-kinds",
+            "--kind",
+            "read",
+            "--fenced",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(64), "read holds take no token");
+
+    // unlock --kind read leaves a write lock alone; --kind write deletes it.
+    let manager = LockManager::new(&server.url()).unwrap();
+    let held = manager
+        .get_read_write_lock("cli-kinds")
+        .write_lock()
+        .lock()
+        .unwrap();
+    let unlock = |kind: &str| {
+        let args = ["unlock", "--force", "--yes", "--kind", kind, "cli-kinds"];
+        let out = output(redis_rlock(&server, &args));
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", stderr_of(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(unlock("read").contains("read lock \"cli-kinds\" was not held"));
+    assert!(exists(&server, "cli-kinds"));
+    assert!(unlock("write").contains("write lock \"cli-kinds\" deleted"));
+    assert!(!exists(&server, "cli-kinds"));
+    assert!(held.unlock().unwrap_err().is_not_held());
+}
+
+#[test]
 fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url()).unwrap();

@@ -598,7 +598,7 @@ fn every_lock_kind_is_woken_by_sharded_pub_sub() {
         move || {
             let opened = w
                 .get_count_down_latch("kinds:latch")
-                .wait(Duration::from_secs(30))
+                .wait_timeout(Duration::from_secs(30))
                 .expect("wait");
             assert!(opened);
         },

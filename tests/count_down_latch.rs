@@ -71,7 +71,7 @@ impl RedissonLatch {
     }
 }
 
-/// A thread in `latch.wait(PATIENCE)` that reports its outcome and, through `opened`,
+/// A thread in `latch.wait_timeout(PATIENCE)` that reports its outcome and, through `opened`,
 /// whether the count had been brought to zero by then.
 struct Waiter {
     done: mpsc::Receiver<(redis_rlock::Result<bool>, bool)>,
@@ -83,7 +83,7 @@ impl Waiter {
         let latch = latch.clone();
         let opened = Arc::clone(opened);
         thread::spawn(move || {
-            let outcome = latch.wait(PATIENCE);
+            let outcome = latch.wait_timeout(PATIENCE);
             let _ = tx.send((outcome, opened.load(Ordering::SeqCst)));
         });
         Waiter { done }
@@ -164,9 +164,9 @@ fn wait_times_out_while_the_count_is_above_zero() -> TestResult {
     let manager = LockManager::new(&server.url())?;
     let latch = manager.get_count_down_latch("latch:slow");
     // Never set: open.
-    assert!(latch.wait(Duration::ZERO)?);
+    assert!(latch.wait_timeout(Duration::ZERO)?);
     assert!(latch.try_set_count(1)?);
-    assert!(!latch.wait(Duration::ZERO)?);
+    assert!(!latch.wait_timeout(Duration::ZERO)?);
     assert_eq!(
         manager.waiting_channel_count(),
         0,
@@ -174,7 +174,7 @@ fn wait_times_out_while_the_count_is_above_zero() -> TestResult {
     );
     let wait = Duration::from_millis(300);
     let started = Instant::now();
-    assert!(!latch.wait(wait)?);
+    assert!(!latch.wait_timeout(wait)?);
     let took = started.elapsed();
     assert!(took >= wait, "gave up early, after {took:?}");
     assert!(took < wait + Duration::from_secs(5), "took {took:?}");
@@ -269,7 +269,7 @@ fn bad_input_is_refused_before_anything_is_sent() -> TestResult {
         latch.try_set_count(0).map(|_| ()),
         latch.try_set_count(u64::MAX).map(|_| ()),
         latch.try_set_count(i64::MAX as u64 + 1).map(|_| ()),
-        latch.wait(Duration::MAX).map(|_| ()),
+        latch.wait_timeout(Duration::MAX).map(|_| ()),
         manager.get_count_down_latch("").count_down(),
         manager.get_count_down_latch("").count().map(|_| ()),
     ];
@@ -296,7 +296,7 @@ fn a_key_of_another_type_is_reported_and_left_alone() -> TestResult {
         let outcomes = [
             latch.count_down(),
             latch.count().map(|_| ()),
-            latch.wait(Duration::ZERO).map(|_| ()),
+            latch.wait_timeout(Duration::ZERO).map(|_| ()),
         ];
         for (i, outcome) in outcomes.into_iter().enumerate() {
             let err = outcome.expect_err("wrong type");
@@ -336,6 +336,6 @@ fn after_a_restart_the_latch_is_open() -> TestResult {
     waiter.assert_opened();
     assert_eq!(latch.count()?, 0);
     assert!(latch.try_set_count(1)?, "it may be armed again");
-    assert!(!latch.wait(Duration::ZERO)?);
+    assert!(!latch.wait_timeout(Duration::ZERO)?);
     Ok(())
 }

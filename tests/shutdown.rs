@@ -91,9 +91,7 @@ fn a_shutdown_ends_the_waits_of_every_kind_and_leaves_nothing_behind() {
         ),
         (
             "latch",
-            spawn(Box::new(|m| {
-                m.get_count_down_latch("shut:latch").wait_for_zero()
-            })),
+            spawn(Box::new(|m| m.get_count_down_latch("shut:latch").wait())),
         ),
         (
             "permit-expirable semaphore",
@@ -138,7 +136,7 @@ fn after_a_shutdown_acquires_fail_without_io_and_guards_keep_working() {
             semaphore.try_acquire(1, Duration::ZERO).map(drop),
             manager
                 .get_count_down_latch("shut:latch")
-                .wait(Duration::ZERO)
+                .wait_timeout(Duration::ZERO)
                 .map(drop),
             manager
                 .get_permit_expirable_semaphore("shut:pes")

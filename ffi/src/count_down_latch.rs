@@ -81,15 +81,30 @@ pub unsafe extern "C" fn redis_rlock_count_down_latch_count(
     unsafe { with_latch(m, name, Some(("count", count)), |l| Ok(l.count()?)) }
 }
 
+/// Waits as long as it takes for the count of `name` to reach zero (as `std::sync::Condvar`'s
+/// `wait`). `REDIS_RLOCK_OK` once it is zero; `REDIS_RLOCK_SHUTDOWN` when the manager was shut
+/// down. A bounded wait is `redis_rlock_count_down_latch_wait_timeout`; to end the wait from
+/// another thread, use `redis_rlock_count_down_latch_wait_with`.
+///
+/// # Safety
+/// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn redis_rlock_count_down_latch_wait(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { with_latch::<()>(m, name, None, |l| Ok(l.wait()?)) }
+}
+
 /// Waits up to `timeout_ms` milliseconds (0: one look) for the count of `name` to reach zero.
-/// Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero. To end the
-/// wait from another thread, use `redis_rlock_count_down_latch_wait_with`.
+/// Returns `REDIS_RLOCK_OK` either way, with `*opened` telling whether it is zero.
 ///
 /// # Safety
 /// `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `opened` is NULL
 /// or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn redis_rlock_count_down_latch_wait(
+pub unsafe extern "C" fn redis_rlock_count_down_latch_wait_timeout(
     m: *mut redis_rlock_manager,
     name: *const c_char,
     timeout_ms: u64,
@@ -97,7 +112,11 @@ pub unsafe extern "C" fn redis_rlock_count_down_latch_wait(
 ) -> redis_rlock_result {
     let timeout = Duration::from_millis(timeout_ms);
     // SAFETY: the same contract, passed on.
-    unsafe { with_latch(m, name, Some(("opened", opened)), |l| Ok(l.wait(timeout)?)) }
+    unsafe {
+        with_latch(m, name, Some(("opened", opened)), |l| {
+            Ok(l.wait_timeout(timeout)?)
+        })
+    }
 }
 
 /// Waits for the count of `name` to reach zero as `opts` say (NULL: as long as it takes, no
@@ -120,7 +139,7 @@ pub unsafe extern "C" fn redis_rlock_count_down_latch_wait_with(
     // SAFETY: the same contract, passed on.
     unsafe {
         with_latch(m, name, Some(("opened", opened)), |l| {
-            Ok(l.wait_with(&options)?)
+            Ok(l.wait_with(options)?)
         })
     }
 }

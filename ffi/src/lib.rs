@@ -23,6 +23,7 @@ mod manager;
 mod permit_expirable_semaphore;
 mod read_write_lock;
 mod semaphore;
+mod spin_lock;
 mod stats;
 
 // Only the header's constant: public so that the compiler counts it as used.

@@ -195,7 +195,7 @@ pub unsafe extern "C" fn redis_rlock_permit_expirable_semaphore_acquire_with(
     let options = unsafe { wait_options(opts) };
     let op = |s: &PermitExpirableSemaphore| {
         require_buffer(id)?;
-        let taken = s.acquire_with(lease(lease_ms), &options)?;
+        let taken = s.acquire_with(lease(lease_ms), options)?;
         // SAFETY: not NULL, and writable by the caller's contract.
         unsafe { write_id(id, taken.as_deref().unwrap_or("")) };
         Ok(taken.is_some())

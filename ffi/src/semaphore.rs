@@ -167,7 +167,7 @@ pub unsafe extern "C" fn redis_rlock_semaphore_acquire_with(
     let options = unsafe { wait_options(opts) };
     let op = |semaphore: &Semaphore| {
         require("acquired", acquired)?;
-        let taken = semaphore.acquire_with(permits, &options)?;
+        let taken = semaphore.acquire_with(permits, options)?;
         // SAFETY: checked above.
         unsafe { write_out("acquired", acquired, taken) }
     };

@@ -217,6 +217,21 @@ fn leases_and_watchdog_timeouts_beyond_the_maximum_are_invalid_arguments() {
 }
 
 #[test]
+fn the_spin_lock_is_taken_re_entered_refused_while_held_and_released_from_c() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile_from(
+        "ffi/tests/c",
+        "spin_lock",
+        Link::Static,
+        SANITIZERS,
+        out.path(),
+    );
+    let output = run(&exe, &[server.url()], true);
+    assert_clean_run(&output, "spin_lock: 24 checks passed");
+}
+
+#[test]
 fn a_manager_inherited_through_fork_is_refused_and_freed_cleanly_in_the_child() {
     let server = RedisServer::start();
     let out = tempfile::tempdir().unwrap();

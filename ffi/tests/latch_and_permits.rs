@@ -42,7 +42,8 @@ extern "C" {
         name: *const c_char,
         count: *mut u64,
     ) -> c_int;
-    fn redis_rlock_count_down_latch_wait(
+    fn redis_rlock_count_down_latch_wait(m: Manager, name: *const c_char) -> c_int;
+    fn redis_rlock_count_down_latch_wait_timeout(
         m: Manager,
         name: *const c_char,
         timeout_ms: u64,
@@ -163,7 +164,7 @@ fn a_latch_opens_for_a_c_waiter_after_its_count_downs() {
         );
         assert_eq!(count, 2);
         assert_eq!(
-            redis_rlock_count_down_latch_wait(m, name.as_ptr(), 0, &mut opened),
+            redis_rlock_count_down_latch_wait_timeout(m, name.as_ptr(), 0, &mut opened),
             OK
         );
         assert!(!opened);
@@ -178,7 +179,7 @@ fn a_latch_opens_for_a_c_waiter_after_its_count_downs() {
         let started = Instant::now();
         // SAFETY: the manager outlives this thread's call (the test waits for its report).
         let result = unsafe {
-            redis_rlock_count_down_latch_wait(
+            redis_rlock_count_down_latch_wait_timeout(
                 shared.0,
                 waiter_name.as_ptr(),
                 PATIENCE_MS,
@@ -212,12 +213,14 @@ fn a_latch_opens_for_a_c_waiter_after_its_count_downs() {
             OK
         );
         assert_eq!(count, 0);
+        // Open: the wait without limit returns at once.
+        assert_eq!(redis_rlock_count_down_latch_wait(m, name.as_ptr()), OK);
         assert_eq!(
             redis_rlock_count_down_latch_try_set_count(m, name.as_ptr(), 0, &mut set),
             INVALID_ARGUMENT
         );
         assert_eq!(
-            redis_rlock_count_down_latch_wait(m, name.as_ptr(), 0, ptr::null_mut()),
+            redis_rlock_count_down_latch_wait_timeout(m, name.as_ptr(), 0, ptr::null_mut()),
             INVALID_ARGUMENT
         );
         assert!(last_error().contains("opened is NULL"), "{}", last_error());

@@ -58,12 +58,21 @@ impl HoldStatus {
     /// the hold ends without that.
     pub(crate) fn lost_signal(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if self.lost.load(Ordering::Acquire) {
-            let _ = tx.send(());
-        } else {
-            self.signals.lock().push(tx);
-        }
+        self.tell_when_lost(tx);
         rx
+    }
+
+    /// Sends on `tell` (without blocking: a full channel was told already) when the hold is
+    /// found lost, at once if it is; drops `tell` when the hold ends without that.
+    pub(crate) fn tell_when_lost(&self, tell: Sender<()>) {
+        // Looked at under the signals' lock, which `mark_lost` takes after setting `lost`:
+        // a loss in between finds `tell` in the list.
+        let mut signals = self.signals.lock();
+        if self.lost.load(Ordering::Acquire) {
+            let _ = tell.try_send(());
+        } else {
+            signals.push(tell);
+        }
     }
 
     fn deadline(&self) -> BootInstant {

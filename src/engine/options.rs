@@ -101,12 +101,6 @@ impl AcquireOptions {
         self
     }
 
-    /// The cap on renewals ([`max_hold`](Self::max_hold)); `None`: renewed while the guard
-    /// lives.
-    pub fn max_hold_limit(&self) -> Option<Duration> {
-        self.max_hold
-    }
-
     /// Ends the wait when `token` is cancelled: the acquire then returns
     /// [`Error::Cancelled`](crate::Error::Cancelled) within milliseconds and holds nothing
     /// (see [`CancelToken`]).
@@ -115,24 +109,33 @@ impl AcquireOptions {
         self
     }
 
-    /// The wait limit; `None` waits without limit.
-    pub fn wait_limit(&self) -> Option<Duration> {
+    // The getters are named as `std::process::Command`'s: `get_` and the setter's name,
+    // since the setters, builder style, already have the plain names.
+
+    /// The wait limit set by [`wait`](Self::wait); `None` waits without limit.
+    pub fn get_wait(&self) -> Option<Duration> {
         self.wait
     }
 
-    /// The cancel token given, if any.
-    pub fn token(&self) -> Option<&CancelToken> {
-        self.cancel.as_ref()
-    }
-
-    /// The lease asked for.
-    pub fn lease_kind(&self) -> Lease {
+    /// The lease set by [`lease`](Self::lease).
+    pub fn get_lease(&self) -> Lease {
         self.lease
     }
 
-    /// Whether a fencing token is taken.
-    pub fn is_fenced(&self) -> bool {
+    /// Whether a fencing token is taken ([`fenced`](Self::fenced)).
+    pub fn get_fenced(&self) -> bool {
         self.fenced
+    }
+
+    /// The cap on renewals set by [`max_hold`](Self::max_hold); `None`: renewed while the
+    /// guard lives.
+    pub fn get_max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The token set by [`cancel_token`](Self::cancel_token), if any.
+    pub fn get_cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
     }
 
     /// Checks the values and fixes the deadline, counted from now.
@@ -207,7 +210,7 @@ impl Request {
 /// let token = CancelToken::new();
 /// let options = WaitOptions::new().wait(Duration::from_secs(30)).cancel_token(&token);
 /// // Another thread may call `token.cancel()`: the wait then ends with `Error::Cancelled`.
-/// let acquired = manager.get_semaphore("uploads").acquire_with(1, &options)?;
+/// let acquired = manager.get_semaphore("uploads").acquire_with(1, options)?;
 /// # Ok::<(), redis_rlock::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -236,13 +239,13 @@ impl WaitOptions {
         self
     }
 
-    /// The wait limit; `None` waits without limit.
-    pub fn wait_limit(&self) -> Option<Duration> {
+    /// The wait limit set by [`wait`](Self::wait); `None` waits without limit.
+    pub fn get_wait(&self) -> Option<Duration> {
         self.wait
     }
 
-    /// The cancel token given, if any.
-    pub fn token(&self) -> Option<&CancelToken> {
+    /// The token set by [`cancel_token`](Self::cancel_token), if any.
+    pub fn get_cancel_token(&self) -> Option<&CancelToken> {
         self.cancel.as_ref()
     }
 

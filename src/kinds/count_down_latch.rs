@@ -73,7 +73,8 @@ static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| Script::new(COUNT_DOWN_LA
 ///
 /// It behaves as Redisson's `RCountDownLatch`: [`try_set_count`](Self::try_set_count) arms it
 /// (only while its count is zero), [`count_down`](Self::count_down) takes one off,
-/// [`wait`](Self::wait) returns `true` once the count is zero. Unlike
+/// [`wait`](Self::wait) returns once the count is zero (as `std::sync::Condvar`: `wait` without
+/// limit, [`wait_timeout`](Self::wait_timeout) bounded). Unlike
 /// `java.util.concurrent.CountDownLatch` it can be armed again after it opened.
 ///
 /// A count of zero is stored as no key at all: a latch that was never set, one that opened,
@@ -86,7 +87,7 @@ static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| Script::new(COUNT_DOWN_LA
 /// let ready = manager.get_count_down_latch("batch:42:ready");
 /// ready.try_set_count(3)?;
 /// // ... three workers, anywhere, each call `ready.count_down()` when done ...
-/// if ready.wait(Duration::from_secs(60))? {
+/// if ready.wait_timeout(Duration::from_secs(60))? {
 ///     // all three are done
 /// }
 /// # Ok::<(), redis_rlock::Error>(())
@@ -164,24 +165,24 @@ impl CountDownLatch {
         self.read_count(engine)
     }
 
-    /// Waits until the count is zero, for at most `timeout` (`Duration::ZERO`: one look);
-    /// `true` if it is zero, `false` when the wait passed first. Returns at most one response
-    /// timeout after `timeout`.
-    ///
-    /// The thread sleeps until the count-reached-zero message, looking again once a second.
-    /// Redis unreachable is an error (after riding out one connect timeout once waiting).
-    pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let engine = self.engine()?;
-        let deadline = deadline_after(timeout)?;
-        self.wait_until(engine, Some(deadline), None)
-    }
-
     /// Waits as long as it takes for the count to reach zero (Redisson's `await()`). Ends
     /// early only with an error, or with [`Error::Shutdown`] when the manager is shut down;
     /// [`wait_with`](Self::wait_with) also takes a [`CancelToken`](crate::CancelToken).
-    pub fn wait_for_zero(&self) -> Result<()> {
+    ///
+    /// The thread sleeps until the count-reached-zero message, looking again once a second.
+    /// Redis unreachable is an error (after riding out one connect timeout once waiting).
+    pub fn wait(&self) -> Result<()> {
         let engine = self.engine()?;
         self.wait_until(engine, None, None).map(drop)
+    }
+
+    /// Waits until the count is zero, for at most `timeout` (`Duration::ZERO`: one look);
+    /// `true` if it is zero, `false` when the wait passed first (Redisson's
+    /// `await(timeout, unit)`). Returns at most one response timeout after `timeout`.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        let engine = self.engine()?;
+        let deadline = deadline_after(timeout)?;
+        self.wait_until(engine, Some(deadline), None)
     }
 
     /// Waits as `options` say: for its wait limit (none: as long as it takes), unless its
@@ -195,17 +196,17 @@ impl CountDownLatch {
     /// let token = CancelToken::new();
     /// let ready = manager.get_count_down_latch("batch:42:ready");
     /// // `token.cancel()` from another thread ends the wait with `Error::Cancelled`.
-    /// match ready.wait_with(&WaitOptions::new().cancel_token(&token)) {
+    /// match ready.wait_with(WaitOptions::new().cancel_token(&token)) {
     ///     Ok(_) => println!("all done"),
     ///     Err(err) if err.is_cancelled() => println!("no longer waiting"),
     ///     Err(err) => return Err(err),
     /// }
     /// # Ok::<(), redis_rlock::Error>(())
     /// ```
-    pub fn wait_with(&self, options: &WaitOptions) -> Result<bool> {
+    pub fn wait_with(&self, options: WaitOptions) -> Result<bool> {
         let engine = self.engine()?;
         let deadline = options.deadline()?;
-        self.wait_until(engine, deadline, options.token())
+        self.wait_until(engine, deadline, options.get_cancel_token())
     }
 
     fn wait_until(

@@ -356,8 +356,8 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 /// Reentrant per thread like [`Lock`], and one lock with the [`Lock`] and the spin lock of its
 /// name: a thread holding one of them re-enters by this one, as in Redisson. Every acquire
 /// returns a [`LockGuard`] that releases one hold, with the lost signal and (through
-/// [`acquire`](Self::acquire) with [`AcquireOptions::fenced`]) fencing tokens from the same
-/// counter as [`Lock::lock_fenced`].
+/// [`lock_fenced`](Self::lock_fenced), or [`acquire`](Self::acquire) with
+/// [`AcquireOptions::fenced`]) fencing tokens from the same counter as [`Lock::lock_fenced`].
 ///
 /// A waiter keeps its place for its wait limit (`try_lock(wait)`), or, when it waits without
 /// limit, for the manager's
@@ -389,6 +389,28 @@ impl FairLock {
     /// Whether anyone (any thread, process or client) holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
         self.lock.is_locked()
+    }
+
+    /// Whether the calling thread holds the lock through this manager.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        self.lock.is_held_by_current_thread()
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it holds none).
+    pub fn hold_count(&self) -> Result<u32> {
+        self.lock.hold_count()
+    }
+
+    /// The lock's remaining lease as Redis sees it; `None` when nobody holds it.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.lock.remaining_ttl()
+    }
+
+    /// Deletes the lock whoever holds it and tells the first live waiter in the queue, on its
+    /// own channel (Redisson's `RFairLock.forceUnlock`); `true` if it was held. As
+    /// [`Lock::force_unlock`], which it is.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.lock.force_unlock()
     }
 
     /// Acquires as `options` say (wait limit, lease, fencing token); the general form of the

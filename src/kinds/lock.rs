@@ -396,6 +396,12 @@ impl LockGuard {
         self.held.status.lost_signal()
     }
 
+    /// Sends on `tell` when the hold is found lost, and drops it when the hold ends: for
+    /// one signal over several guards (`MultiLockGuard::lost_signal`).
+    pub(crate) fn tell_when_lost(&self, tell: crossbeam_channel::Sender<()>) {
+        self.held.status.tell_when_lost(tell);
+    }
+
     fn release(&self) -> Result<()> {
         let engine = self.lock.engine_in_any_process();
         engine.release(self.keys(), &self.held)
@@ -424,7 +430,7 @@ impl fmt::Debug for LockGuard {
     }
 }
 
-/// The four shorthands of [`Lock`]'s acquiring methods, for another kind's handle with an
+/// The six shorthands of [`Lock`]'s acquiring methods, for another kind's handle with an
 /// `acquire(AcquireOptions)` method: one place for the Redisson overloads they mirror.
 macro_rules! acquire_shorthands {
     ($what:literal) => {
@@ -467,6 +473,23 @@ macro_rules! acquire_shorthands {
                     .wait(wait)
                     .lease($crate::Lease::Fixed(lease)),
             )
+        }
+
+        #[doc = concat!("Like [`lock`](Self::lock) for ", $what, ", and the guard carries a")]
+        /// fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)), as
+        /// [`Lock::lock_fenced`](crate::Lock::lock_fenced).
+        pub fn lock_fenced(&self) -> $crate::Result<$crate::LockGuard> {
+            self.acquire($crate::AcquireOptions::new().fenced(true))
+                .map(|guard| guard.expect("waits without limit"))
+        }
+
+        #[doc = concat!("Like [`try_lock`](Self::try_lock) for ", $what, ", with a fencing")]
+        /// token as in [`lock_fenced`](Self::lock_fenced).
+        pub fn try_lock_fenced(
+            &self,
+            wait: std::time::Duration,
+        ) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.acquire($crate::AcquireOptions::new().wait(wait).fenced(true))
         }
     };
 }

@@ -4,6 +4,7 @@
 
 pub(crate) mod count_down_latch;
 pub(crate) mod counting;
+pub(crate) mod distributed_lock;
 pub(crate) mod fair_lock;
 pub(crate) mod lock;
 pub(crate) mod permit_expirable_semaphore;

@@ -301,7 +301,7 @@ impl PermitExpirableSemaphore {
     /// let slots = manager.get_permit_expirable_semaphore("render:slots");
     /// // `token.cancel()` from another thread ends the wait with `Error::Cancelled`.
     /// let options = WaitOptions::new().cancel_token(&token);
-    /// if let Some(id) = slots.acquire_with(Some(Duration::from_secs(60)), &options)? {
+    /// if let Some(id) = slots.acquire_with(Some(Duration::from_secs(60)), options)? {
     ///     // ... render ...
     ///     slots.release(&id)?;
     /// }
@@ -310,11 +310,11 @@ impl PermitExpirableSemaphore {
     pub fn acquire_with(
         &self,
         lease: Option<Duration>,
-        options: &WaitOptions,
+        options: WaitOptions,
     ) -> Result<Option<String>> {
         self.engine()?;
         let deadline = options.deadline()?;
-        self.acquire_by(lease, deadline, options.token())
+        self.acquire_by(lease, deadline, options.get_cancel_token())
     }
 
     /// Gives back the permit `id`. An id that is not acquired (never was, was released, or

@@ -36,7 +36,7 @@ end
 "#
     };
 }
-use crate::store::{Attempt, Listeners, LockStore, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
 /// waiter (readers may all get in at once).
@@ -259,6 +259,34 @@ end
 return out
 "#;
 
+/// A half's inspection. `KEYS[1]` lock key, `ARGV[1]` the half's field of the caller (the
+/// owner for the read lock, `<owner>:write` for the write lock). Replies `{mode, count}`:
+/// the lock's mode (`''` when nobody holds it) and the field's hold count, 0 without a mode
+/// (a plain lock of this name is not a read-write lock, so holds nothing of it). A key that is
+/// not a hash is refused by HGET itself (WRONGTYPE).
+pub const RW_INSPECT: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+    return {'', 0}
+end
+return {mode, tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or -1}
+"#;
+
+/// A half's force unlock (Redisson's `RReadWriteLock` halves' `forceUnlock`). `KEYS[1]` lock
+/// key, `KEYS[2]` channel. `ARGV[1]` the half's mode (`read` or `write`), `ARGV[2]` message,
+/// `ARGV[3]` publish command. Deletes the hash and publishes only when it is in that mode
+/// (reply 1), else changes nothing (reply 0). A key that is not a hash: WRONGTYPE.
+pub const RW_FORCE_UNLOCK: &str = r#"
+if redis.call('hget', KEYS[1], 'mode') ~= ARGV[1] then
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.pcall(ARGV[3], KEYS[2], ARGV[2])
+return 1
+"#;
+
+static INSPECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RW_INSPECT));
+static FORCE_UNLOCK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RW_FORCE_UNLOCK));
 static READ_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE));
 static READ_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE));
 static READ_RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RENEW));
@@ -451,6 +479,116 @@ impl LockKind for Write {
     }
 }
 
+/// One half of a read-write lock, as the inspection calls and force unlock see it: the
+/// hash's mode in which it is held, and the caller's field for it.
+#[derive(Clone, Copy)]
+enum Half {
+    Read,
+    Write,
+}
+
+impl Half {
+    fn mode(self) -> &'static str {
+        match self {
+            Half::Read => "read",
+            Half::Write => "write",
+        }
+    }
+
+    /// The calling thread's field for this half.
+    fn field(self, owner: String) -> String {
+        match self {
+            Half::Read => owner,
+            Half::Write => writer_field(&owner),
+        }
+    }
+
+    /// The lock's mode and the calling thread's hold count of this half (`RW_INSPECT`).
+    fn inspect(self, lock: &Lock, operation: Op) -> Result<(String, u32)> {
+        let keys = lock.keys()?;
+        let engine = lock.engine()?;
+        let mut call = INSPECT_SCRIPT.prepare_invoke();
+        call.key(&*keys.name)
+            .arg(self.field(engine.current_owner()));
+        let (mode, count): (String, i64) = engine.store().invoke(operation, &keys.name, &call)?;
+        let count = u32::try_from(count).map_err(|_| Error::WrongType {
+            name: keys.name.to_string(),
+        })?;
+        Ok((mode, count))
+    }
+
+    /// Whether anyone holds this half: the hash is in its mode (Redisson's `isLocked` of a
+    /// read or write lock).
+    fn is_locked(self, lock: &Lock) -> Result<bool> {
+        Ok(self.inspect(lock, Op::IsLocked)?.0 == self.mode())
+    }
+
+    /// The calling thread's holds of this half.
+    fn hold_count(self, lock: &Lock) -> Result<u32> {
+        Ok(self.inspect(lock, Op::HoldCount)?.1)
+    }
+
+    /// Whether the calling thread has a hold of this half.
+    fn is_held_by_current_thread(self, lock: &Lock) -> Result<bool> {
+        Ok(self.inspect(lock, Op::IsHeldBy)?.1 > 0)
+    }
+
+    /// Deletes the hash when it is in this half's mode, and wakes every waiter.
+    fn force_unlock(self, lock: &Lock) -> Result<bool> {
+        let keys = lock.keys()?;
+        let engine = lock.engine()?;
+        let mut call = FORCE_UNLOCK_SCRIPT.prepare_invoke();
+        call.key(&*keys.name)
+            .key(keys.rwlock_channel())
+            .arg(self.mode())
+            .arg(WAKE_ALL_MESSAGE)
+            .arg(engine.store().publish_command());
+        let deleted: i64 = engine.store().invoke(Op::ForceUnlock, &keys.name, &call)?;
+        if deleted == 1 {
+            // Every hold of the hash went with it, of either half.
+            engine.forget_holds(keys);
+        }
+        Ok(deleted == 1)
+    }
+}
+
+/// The inspection calls and force unlock of a read-write lock's half: Redisson's `RLock`
+/// methods of `readLock()` and `writeLock()`, whose key is the shared hash.
+macro_rules! half_inspection {
+    ($half:expr, $what:literal) => {
+        #[doc = concat!("Whether anyone (any thread, process or client) holds the ", $what)]
+        /// lock: the shared hash is in that mode (Redisson's `isLocked` of this half).
+        pub fn is_locked(&self) -> Result<bool> {
+            $half.is_locked(&self.lock)
+        }
+
+        #[doc = concat!("Whether the calling thread holds the ", $what, " lock through this")]
+        /// manager.
+        pub fn is_held_by_current_thread(&self) -> Result<bool> {
+            $half.is_held_by_current_thread(&self.lock)
+        }
+
+        #[doc = concat!("How many ", $what, " holds the calling thread has (0 when none).")]
+        pub fn hold_count(&self) -> Result<u32> {
+            $half.hold_count(&self.lock)
+        }
+
+        /// The shared hash's remaining lease as Redis sees it (Redisson's `remainTimeToLive`,
+        /// which reads the hash whichever half holds it); `None` when nobody holds the lock.
+        pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+            self.lock.remaining_ttl()
+        }
+
+        #[doc = concat!("Deletes the lock, whoever holds it, if it is held as a ", $what)]
+        /// lock, and wakes every waiter; `true` if it was, `false` (nothing changed) when it
+        /// is free or held in the other mode. The former holders' guards then fail to release
+        /// with [`Error::NotHeld`].
+        pub fn force_unlock(&self) -> Result<bool> {
+            $half.force_unlock(&self.lock)
+        }
+    };
+}
+
 /// A handle on one read-write lock: Redisson's `RReadWriteLock`. Cheap to create
 /// ([`LockManager::get_read_write_lock`](crate::LockManager::get_read_write_lock) does no I/O) and
 /// to clone.
@@ -520,7 +658,7 @@ impl ReadLock {
     /// ([`Error::InvalidArgument`]): read holds are shared, so a token would not single out
     /// one writer to the resource. `Ok(None)` only when a wait limit was given and passed.
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
-        if options.is_fenced() {
+        if options.get_fenced() {
             return Err(Error::InvalidArgument {
                 what: "fenced",
                 reason: format!(
@@ -534,6 +672,8 @@ impl ReadLock {
     }
 
     acquire_shorthands!("a read hold");
+
+    half_inspection!(Half::Read, "read");
 }
 
 /// The write lock of a [`ReadWriteLock`]: excludes readers and other writers. Every acquire
@@ -570,6 +710,8 @@ impl WriteLock {
     }
 
     acquire_shorthands!("the write lock");
+
+    half_inspection!(Half::Write, "write");
 }
 
 impl std::fmt::Debug for ReadWriteLock {

@@ -264,16 +264,16 @@ impl Semaphore {
     /// let token = CancelToken::new();
     /// let uploads = manager.get_semaphore("uploads");
     /// // `token.cancel()` from another thread ends the wait.
-    /// if uploads.acquire_with(1, &WaitOptions::new().cancel_token(&token))? {
+    /// if uploads.acquire_with(1, WaitOptions::new().cancel_token(&token))? {
     ///     // ... upload ...
     ///     uploads.release(1)?;
     /// }
     /// # Ok::<(), redis_rlock::Error>(())
     /// ```
-    pub fn acquire_with(&self, permits: u32, options: &WaitOptions) -> Result<bool> {
+    pub fn acquire_with(&self, permits: u32, options: WaitOptions) -> Result<bool> {
         self.engine()?;
         let deadline = options.deadline()?;
-        self.acquire_by(permits, deadline, options.token())
+        self.acquire_by(permits, deadline, options.get_cancel_token())
     }
 
     /// Like [`acquire`](Self::acquire), and the permits come back when the returned

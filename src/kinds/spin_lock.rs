@@ -151,8 +151,9 @@ impl LockKind for Spin {
 /// unwelcome (very large clusters) or to share a lock with Java code that uses `RSpinLock`.
 ///
 /// Reentrant per thread like [`Lock`]; every acquire returns a [`LockGuard`] that releases one
-/// hold, with the lost signal and (through [`acquire`](Self::acquire) with
-/// [`AcquireOptions::fenced`]) fencing tokens from the same counter as [`Lock::lock_fenced`].
+/// hold, with the lost signal and (through [`lock_fenced`](Self::lock_fenced), or
+/// [`acquire`](Self::acquire) with [`AcquireOptions::fenced`]) fencing tokens from the same
+/// counter as [`Lock::lock_fenced`].
 /// Threads of one manager take turns in-process, first come first served: only the first
 /// polls Redis, and a release hands the turn to the next, which attempts at once. So that a
 /// busy manager cannot keep the lock from other processes' pollers (ours or Java's), which

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::engine::options::AcquireOptions;
+use crate::engine::options::{AcquireOptions, Lease};
 use crate::error::Result;
 use crate::kinds::lock::{Lock, LockGuard};
 use crate::limits::check_wait;
@@ -50,13 +50,14 @@ impl MultiLock {
     /// Waits as long as it takes to acquire every lock, each with the watchdog lease of its
     /// manager. On an error the holds taken so far are released and the error returned.
     pub fn lock(&self) -> Result<MultiLockGuard> {
-        self.check()?;
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            // On `?` the guards taken so far drop, which releases them.
-            guards.push(lock.lock()?);
-        }
-        Ok(MultiLockGuard { guards })
+        self.acquire_waiting(AcquireOptions::new())
+    }
+
+    /// Waits as long as it takes to acquire every lock, each with a fixed `lease`, never
+    /// renewed (Redisson's `lock(lease, unit)`). On an error the holds taken so far are
+    /// released.
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
+        self.acquire_waiting(AcquireOptions::new().lease(Lease::Fixed(lease)))
     }
 
     /// Tries to acquire every lock within `wait` in all (not per lock), watchdog leases.
@@ -64,6 +65,23 @@ impl MultiLock {
     /// they are on an error. `Duration::ZERO` makes one attempt per lock.
     pub fn try_lock(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
         self.acquire(AcquireOptions::new().wait(wait))
+    }
+
+    /// Tries to acquire every lock within `wait` in all, each with a fixed `lease` (Redisson's
+    /// `tryLock(wait, lease, unit)`); `Ok(None)` when the wait passed first, the holds taken
+    /// so far then released.
+    pub fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.acquire(AcquireOptions::new().wait(wait).lease(Lease::Fixed(lease)))
+    }
+
+    /// [`acquire`](Self::acquire) for options without a wait limit.
+    fn acquire_waiting(&self, options: AcquireOptions) -> Result<MultiLockGuard> {
+        self.acquire(options)
+            .map(|guard| guard.expect("waits without limit"))
     }
 
     /// Acquires every lock as `options` say: its wait limit in all (none: as long as it
@@ -84,11 +102,11 @@ impl MultiLock {
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<MultiLockGuard>> {
         // Checked here as each lock would, so a bad wait fails before anything is taken.
-        if let Some(wait) = options.wait_limit() {
+        if let Some(wait) = options.get_wait() {
             check_wait(wait)?;
         }
         self.check()?;
-        let deadline = options.wait_limit().map(|wait| Instant::now() + wait);
+        let deadline = options.get_wait().map(|wait| Instant::now() + wait);
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let mut each = options.clone();
@@ -129,6 +147,20 @@ impl MultiLockGuard {
     /// Whether any of the holds is lost ([`LockGuard::is_lost`]); no I/O.
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// A receiver that gets one message the moment any of the holds is found lost (as
+    /// [`LockGuard::lost_signal`]); disconnected if every hold is released first. Each call
+    /// registers a new receiver, kept until the holds end: take one and keep it.
+    ///
+    /// No thread: every hold is given a sender of the one channel, so the first loss fills
+    /// it and the last hold to end disconnects it.
+    pub fn lost_signal(&self) -> crossbeam_channel::Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        for guard in &self.guards {
+            guard.tell_when_lost(tx.clone());
+        }
+        rx
     }
 
     /// Releases every hold, in reverse order of acquisition, and reports the first error;

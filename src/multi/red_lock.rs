@@ -144,6 +144,14 @@ impl RedLock {
             .map(|guard| guard.expect("waits without limit"))
     }
 
+    /// Waits as long as it takes (retrying rounds) for a quorum, with a fixed `lease` on every
+    /// master, never renewed. Returns the error when more than N/2 masters fail with one in
+    /// a round.
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
+        self.acquire_by(None, Lease::Fixed(lease), None)
+            .map(|guard| guard.expect("waits without limit"))
+    }
+
     /// Tries for a quorum for up to `wait`, watchdog leases. `Ok(None)` when the wait passed
     /// without one; `Duration::ZERO` makes one round.
     pub fn try_lock(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
@@ -178,14 +186,18 @@ impl RedLock {
     /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<RedLockGuard>> {
-        if options.is_fenced() {
+        if options.get_fenced() {
             return Err(Error::invalid(
                 "fenced",
                 "a RedLock takes no fencing token (tokens of different masters are not \
                  comparable); fence a single lock instead",
             ));
         }
-        self.acquire_by(options.wait_limit(), options.lease_kind(), options.token())
+        self.acquire_by(
+            options.get_wait(),
+            options.get_lease(),
+            options.get_cancel_token(),
+        )
     }
 
     fn acquire_by(

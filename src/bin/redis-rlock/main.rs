@@ -30,6 +30,7 @@ macro_rules! say {
 
 mod duration;
 mod exit;
+mod lock_kind;
 mod progress;
 mod run;
 mod status;
@@ -43,6 +44,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::Failure;
+use crate::lock_kind::LockKind;
 use crate::run::{OnLost, RunSettings};
 use crate::status::Kind;
 
@@ -174,9 +176,14 @@ struct RunArgs {
     )]
     watchdog: Duration,
 
-    /// Take a fencing token and pass it to the command as REDIS_RLOCK_FENCING_TOKEN.
+    /// Take a fencing token and pass it to the command as REDIS_RLOCK_FENCING_TOKEN (not
+    /// with --kind read: read holds are shared).
     #[arg(long)]
     fenced: bool,
+
+    /// Which kind of lock to take on NAME.
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = LockKind::Lock)]
+    kind: LockKind,
 
     /// Exit code when the lock was not acquired within --wait (flock's -E).
     #[arg(
@@ -240,6 +247,10 @@ struct UnlockArgs {
     /// Do not ask for confirmation (needed when stdin is not a terminal).
     #[arg(long, short = 'y')]
     yes: bool,
+    /// Which kind of lock to delete: a read or write lock is deleted only while held in that
+    /// mode, a spin lock without waking anyone (its waiters poll).
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = LockKind::Lock)]
+    kind: LockKind,
 }
 
 fn main() -> ExitCode {
@@ -255,7 +266,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Cmd::Run(args) => run::run(&cli.url, args.into_settings()),
         Cmd::Status(args) => status::status(&cli.url, &args.name, args.kind, args.json),
-        Cmd::Unlock(args) => unlock::unlock(&cli.url, &args.name, args.force, args.yes),
+        Cmd::Unlock(args) => unlock::unlock(&cli.url, &args.name, args.kind, args.force, args.yes),
     };
     let code = outcome.unwrap_or_else(|failure: Failure| {
         note!("{failure}");
@@ -273,6 +284,7 @@ impl RunArgs {
             lease: self.lease,
             watchdog: self.watchdog,
             fenced: self.fenced,
+            kind: self.kind,
             conflict_exit_code: self.conflict_exit_code,
             on_lost: self.on_lost,
             kill_after: self.kill_after,

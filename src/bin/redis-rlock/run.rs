@@ -4,10 +4,11 @@
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis_rlock::{AcquireOptions, CancelToken, Lease, Lock, LockGuard, LockManager};
+use redis_rlock::{AcquireOptions, CancelToken, DistributedLock, Lease, LockGuard, LockManager};
 use rustix::process::{
     getpid, getppid, kill_process, set_parent_process_death_signal, Pid, Signal,
 };
@@ -18,6 +19,7 @@ use signal_hook::low_level::siginfo::{Cause, Origin};
 
 use crate::duration::show;
 use crate::exit::{self, Failure};
+use crate::lock_kind::LockKind;
 use crate::progress::Progress;
 
 /// What the child gets when the lock is lost under it.
@@ -38,6 +40,7 @@ pub struct RunSettings {
     pub lease: Option<Duration>,
     pub watchdog: Duration,
     pub fenced: bool,
+    pub kind: LockKind,
     pub conflict_exit_code: u8,
     pub on_lost: OnLost,
     pub kill_after: Duration,
@@ -66,7 +69,7 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
         .watchdog_timeout(settings.watchdog)
         .build()
         .map_err(fail)?;
-    let lock = manager.get_lock(&settings.name);
+    let lock = settings.kind.handle(&manager, &settings.name);
     // One cheap look first, so that a bad name, an unreachable Redis or a key that is not a
     // lock is reported as such before any waiting (and before the status line).
     lock.is_locked().map_err(fail)?;
@@ -119,9 +122,12 @@ fn acquire_options(settings: &RunSettings, cancel: &CancelToken) -> AcquireOptio
 
 /// Starts acquiring `lock`. The acquire blocks (woken by the holder's unlock message), so it
 /// gets a thread of its own and this one stays free to answer signals while it waits.
-fn start_acquire(lock: &Lock, options: AcquireOptions) -> Result<Receiver<Acquired>, Failure> {
+fn start_acquire(
+    lock: &Arc<dyn DistributedLock>,
+    options: AcquireOptions,
+) -> Result<Receiver<Acquired>, Failure> {
     let (acquired_tx, acquired) = crossbeam_channel::bounded(1);
-    let acquiring = lock.clone();
+    let acquiring = Arc::clone(lock);
     std::thread::Builder::new()
         .name("redis-rlock-acquire".into())
         .spawn(move || {

@@ -1,16 +1,24 @@
-//! `redis-rlock unlock --force NAME`: deletes a lock whoever holds it (`Lock::force_unlock`).
+//! `redis-rlock unlock --force NAME [--kind KIND]`: deletes a lock whoever holds it
+//! (`DistributedLock::force_unlock` of that kind).
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use redis_rlock::{Lock, LockManager};
+use redis_rlock::{DistributedLock, LockManager};
 
 use crate::exit::{self, Failure};
+use crate::lock_kind::LockKind;
 use crate::status::{self, Snapshot};
 
 /// Exit code when the person at the terminal said no.
 const DECLINED: u8 = 1;
 
-pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failure> {
+pub fn unlock(
+    url: &str,
+    name: &str,
+    kind: LockKind,
+    force: bool,
+    yes: bool,
+) -> Result<u8, Failure> {
     // The command cannot release a lock it holds (that ends with `run`), so the only unlock
     // there is takes the lock away from someone: the flag makes that explicit.
     if !force {
@@ -31,16 +39,20 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
     }
     let fail = |err| Failure::from_lock_error(err, url);
     let manager = LockManager::new(url).map_err(fail)?;
-    let lock = manager.get_lock(name);
+    let lock = kind.handle(&manager, name);
     if confirm {
-        if let Some(code) = ask_to_delete(&manager, &lock, url, name)? {
+        if let Some(code) = ask_to_delete(&manager, lock.as_ref(), url, name)? {
             return Ok(code);
         }
     }
     if lock.force_unlock().map_err(fail)? {
-        say!("lock {name:?} deleted; its waiters were woken");
+        let woken = match kind {
+            LockKind::Spin => "its waiters find it free at their next look",
+            _ => "its waiters were woken",
+        };
+        say!("{} {name:?} deleted; {woken}", kind.noun());
     } else {
-        say!("lock {name:?} was not held; nothing to unlock");
+        say!("{} {name:?} was not held; nothing to unlock", kind.noun());
     }
     Ok(0)
 }
@@ -49,7 +61,7 @@ pub fn unlock(url: &str, name: &str, force: bool, yes: bool) -> Result<u8, Failu
 /// ends here: the lock is not held, or the answer was not yes.
 fn ask_to_delete(
     manager: &LockManager,
-    lock: &Lock,
+    lock: &dyn DistributedLock,
     url: &str,
     name: &str,
 ) -> Result<Option<u8>, Failure> {
