@@ -77,9 +77,10 @@ fn name_on(cluster: &RedisCluster, master: u16, prefix: &str) -> String {
 }
 
 /// Invariant: on Sentinel, with the master stopped (not killed), a waiter whose holder's
-/// lease ends during the stop and a fresh `try_lock` started during it both acquire on the
-/// promoted replica, within their wait, while their manager is busy with other acquires.
-/// Before, both failed with "acquire timed out after 3.2 s".
+/// lease ends during the stop, a fresh `try_lock` and a semaphore's `try_acquire` started
+/// during it all acquire on the promoted replica, within their wait, while their manager is
+/// busy with other acquires. Before, the lock's waiters failed with "acquire timed out after
+/// 3.2 s".
 #[test]
 fn sentinel_waiters_ride_out_a_frozen_master() {
     let sentinel = RedisSentinel::with_replicas(1);
@@ -93,6 +94,17 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
     let (holder, waiters) = (build(), build());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let busy = keep_busy(&waiters, "frozen-sentinel-busy", &stop);
+    let permits = "frozen-sentinel-permits";
+    assert!(waiters
+        .get_semaphore(permits)
+        .try_set_permits(1)
+        .expect("set permits"));
+    let replica = sentinel.replica_ports()[0];
+    assert!(support::eventually(Duration::from_secs(10), || {
+        let mut conn = support::connect(&format!("redis://127.0.0.1:{replica}/")).expect("connect");
+        support::query::<Option<String>>(&mut conn, redis::cmd("GET").arg(permits))
+            .is_ok_and(|value| value.is_some())
+    }));
     let held = hold(&holder, "frozen-sentinel", Duration::from_secs(2));
     let waiting = spawn_waiter(&waiters, "frozen-sentinel");
     assert!(support::eventually(Duration::from_secs(10), || {
@@ -102,10 +114,22 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
     sentinel.pause(old);
     let paused = Instant::now();
     let fresh = spawn_waiter(&waiters, "frozen-sentinel-fresh");
+    let semaphore = {
+        let waiters = waiters.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            match waiters.get_semaphore(permits).try_acquire(1, WAIT) {
+                Ok(true) => Ok(Instant::now()),
+                Ok(false) => Err(format!("no permit within {WAIT:?}")),
+                Err(err) => Err(format!("failed after {:?}: {err}", started.elapsed())),
+            }
+        })
+    };
     sentinel.wait_for_failover(old);
     let promoted = paused.elapsed();
     let waited = waiting.join().expect("waiter");
     let fresh = fresh.join().expect("fresh acquire");
+    let permit = semaphore.join().expect("semaphore acquire");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for thread in busy {
         thread.join().expect("busy thread");
@@ -116,11 +140,14 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
         waited.unwrap_or_else(|err| panic!("the waiter (promoted after {promoted:?}) {err}"));
     let fresh =
         fresh.unwrap_or_else(|err| panic!("the fresh acquire (promoted after {promoted:?}) {err}"));
+    let permit =
+        permit.unwrap_or_else(|err| panic!("the semaphore (promoted after {promoted:?}) {err}"));
     eprintln!(
-        "promoted {promoted:?} after the stop; the waiter acquired {:?} and the fresh call \
-         {:?} after the stop",
+        "promoted {promoted:?} after the stop; the waiter acquired {:?}, the fresh call {:?} \
+         and the semaphore {:?} after the stop",
         waited - paused,
-        fresh - paused
+        fresh - paused,
+        permit - paused
     );
     assert!(waited > paused && fresh > paused);
 }

@@ -39,9 +39,24 @@ pub enum Fault {
     MinorityPartition,
     /// The locks' slot moves to another master while workers use it.
     SlotMigration,
+    /// SIGSTOP of the locks' master for [`FROZEN_FOR`], well past its replica's promotion,
+    /// then SIGCONT: the manager must follow the promotion while the old master hangs.
+    FrozenMaster,
+    /// A replica restarted (its full sync held back by `repl-diskless-sync-delay`, so the
+    /// master lists it in `wait_bgsave` meanwhile), then the master killed 0.1 s after the
+    /// sync: what the master took while the replica was syncing must not be lost.
+    ReplicaResync,
+    /// Faults drawn at random from the catalogue, at random moments, for [`RANDOM_FOR`]
+    /// (seeded: `CAMPAIGN_SEED` repeats a run; the seed is printed).
+    Random,
 }
 
-pub const ALL: [Fault; 10] = [
+/// How long a frozen master stays stopped (the repro stopped it 20 s).
+pub const FROZEN_FOR: Duration = Duration::from_secs(20);
+/// How long the random row draws faults.
+pub const RANDOM_FOR: Duration = Duration::from_secs(150);
+
+pub const ALL: [Fault; 13] = [
     Fault::Restart,
     Fault::ClientStop,
     Fault::SentinelFailover,
@@ -52,6 +67,9 @@ pub const ALL: [Fault; 10] = [
     Fault::NodePartition,
     Fault::MinorityPartition,
     Fault::SlotMigration,
+    Fault::FrozenMaster,
+    Fault::ReplicaResync,
+    Fault::Random,
 ];
 
 impl fmt::Display for Fault {
@@ -67,6 +85,9 @@ impl fmt::Display for Fault {
             Fault::NodePartition => "partition node",
             Fault::MinorityPartition => "partition node+client",
             Fault::SlotMigration => "slot migration",
+            Fault::FrozenMaster => "SIGSTOP master 20 s",
+            Fault::ReplicaResync => "replica resync, kill -9 master",
+            Fault::Random => "random faults",
         })
     }
 }
@@ -86,8 +107,22 @@ impl Fault {
             Fault::MinorityPartition => !single,
             Fault::SentinelFailover => sentinel,
             Fault::ClusterFailover | Fault::SlotMigration => cluster,
-            Fault::KillMaster => sentinel || cluster,
+            Fault::KillMaster | Fault::FrozenMaster => sentinel || cluster,
+            Fault::ReplicaResync => sentinel,
+            Fault::Random => topology == Topology::Sentinel2 || cluster,
         }
+    }
+
+    /// Whether the README promises that a waiter rides this fault out within its wait: a
+    /// failover (or a master that hangs) on Sentinel or Cluster. Not a client cut off or
+    /// stopped, nor one server down (one connect timeout of grace there).
+    pub fn waiters_promised(self, topology: Topology) -> bool {
+        let single = matches!(topology, Topology::Single | Topology::SingleAof);
+        !single
+            && !matches!(
+                self,
+                Fault::ClientStop | Fault::ClientPartition | Fault::MinorityPartition
+            )
     }
 
     /// Whether the deployment is whole again after it, so that it can be injected again.
@@ -96,7 +131,7 @@ impl Fault {
     pub fn repeatable(self, topology: Topology) -> bool {
         let single = matches!(topology, Topology::Single | Topology::SingleAof);
         match self {
-            Fault::KillMaster => false,
+            Fault::KillMaster | Fault::ReplicaResync | Fault::Random => false,
             Fault::NodePartition => single,
             Fault::MinorityPartition => false,
             _ => true,
@@ -275,6 +310,22 @@ fn sentinel_fault(fault: Fault, sentinel: &super::support::sentinel::RedisSentin
             sentinel.wait_for_demotion(old);
             old
         }
+        Fault::FrozenMaster => {
+            let old = sentinel.master_port();
+            let stopped = now_ns();
+            sentinel.pause(old);
+            sentinel.wait_for_failover(old);
+            let promoted = now_ns();
+            sleep_until(stopped + FROZEN_FOR.as_nanos() as u64);
+            sentinel.resume(old);
+            sentinel.wait_for_demotion(old);
+            eprintln!(
+                "  {fault}: promoted {:.1} s after the stop",
+                (promoted - stopped) as f64 / 1e9
+            );
+            old
+        }
+        Fault::ReplicaResync => replica_resync_then_kill(sentinel),
         other => panic!("{other} does not apply to Sentinel"),
     };
     // For reading the examples the checker prints: which server served when.
@@ -293,15 +344,23 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
             cluster.kill(master);
             cluster.wait_for_new_master_of_slot(slot, master);
         }
-        Fault::StaleMaster => {
+        Fault::StaleMaster | Fault::FrozenMaster => {
             // Asks the replica itself: the cluster helpers ask every node, and a stopped one
             // may not even accept a connection (its backlog full of the workers' attempts).
             let replica = replica_now(master);
+            let stopped = now_ns();
             cluster.pause(master);
             let promoted = || replication_says(replica, "role:master");
             let deadline = now_ns() + 60_000_000_000;
             while !promoted() && now_ns() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
+            }
+            if fault == Fault::FrozenMaster {
+                eprintln!(
+                    "  {fault}: promoted {:.1} s after the stop",
+                    (now_ns() - stopped) as f64 / 1e9
+                );
+                sleep_until(stopped + FROZEN_FOR.as_nanos() as u64);
             }
             cluster.resume(master);
             cluster.wait_until_ok();
@@ -334,4 +393,40 @@ fn replica_now(master: u16) -> u16 {
         .find_map(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
         .and_then(|p| p.parse().ok())
         .expect("the master has a replica")
+}
+
+/// [`Fault::ReplicaResync`]: the replica restarted while the master holds back its full sync
+/// (the replica waits in `wait_bgsave`), then the master killed 0.1 s after the sync ends;
+/// returns the old master.
+fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) -> u16 {
+    let master = sentinel.master_port();
+    let replica = sentinel.replica_ports()[0];
+    let mut conn = super::support::connect(&format!("redis://{}:{master}/", host_of(master)))
+        .expect("the master answers");
+    for (name, value) in [
+        ("repl-diskless-sync", "yes"),
+        ("repl-diskless-sync-delay", "3"),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query::<()>(&mut conn)
+            .expect("CONFIG SET on the master");
+    }
+    let restarted = now_ns();
+    sentinel.restart(replica);
+    let deadline = now_ns() + 60_000_000_000;
+    while !replication_says(replica, "master_link_status:up") && now_ns() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let synced = now_ns();
+    std::thread::sleep(Duration::from_millis(100));
+    let old = sentinel.kill_master();
+    eprintln!(
+        "  replica {replica} restarted, in sync {:.1} s later; master {old} killed 0.1 s after",
+        (synced - restarted) as f64 / 1e9
+    );
+    sentinel.wait_for_failover(old);
+    old
 }

@@ -351,6 +351,14 @@ impl RedisSentinel {
         });
     }
 
+    /// SIGKILL of a server and a start on the same port with the same arguments (a replica
+    /// comes back empty, or from its RDB, and syncs with the master it was started for).
+    pub fn restart(&self, port: u16) {
+        if let Some(server) = self.servers.lock().unwrap().get_mut(&port) {
+            server.restart();
+        }
+    }
+
     /// SIGSTOP of a server.
     pub fn pause(&self, port: u16) {
         self.servers.lock().unwrap()[&port].freeze();
