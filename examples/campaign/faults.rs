@@ -415,7 +415,7 @@ fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) 
             .expect("CONFIG SET on the master");
     }
     let restarted = now_ns();
-    sentinel.restart(replica);
+    sentinel.restart_empty(replica);
     let deadline = now_ns() + 60_000_000_000;
     while !replication_says(replica, "master_link_status:up") && now_ns() < deadline {
         std::thread::sleep(Duration::from_millis(10));

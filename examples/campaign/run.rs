@@ -98,6 +98,7 @@ fn load_and_break(
         times.push((began, healed));
         wait_until_all_acquired(&workers, healed, mode.liveness_bound);
         if repeat + 1 < repeats {
+            deployment.wait_until_whole();
             std::thread::sleep(mode.warmup);
         }
     }
@@ -114,7 +115,8 @@ fn load_and_break(
 }
 
 /// [`Fault::Random`]: faults drawn from those that leave the deployment whole (and need no
-/// namespace), each after a pause drawn up to 5 s, until [`faults::RANDOM_FOR`] has passed;
+/// namespace), each after a pause drawn up to 5 s once every replica is in sync again (see
+/// `Deployment::wait_until_whole`), until [`faults::RANDOM_FOR`] has passed;
 /// each one's (began, healed) goes to `times`. The seed is `CAMPAIGN_SEED`, or the clock's;
 /// it is printed so that a run can be repeated.
 fn random_faults(
@@ -148,6 +150,7 @@ fn random_faults(
             faults::inject(fault, deployment, workers, None, past_lease(shared.mode));
         times.push((began, healed));
         wait_until_all_acquired(workers, healed, shared.mode.liveness_bound);
+        deployment.wait_until_whole();
     }
 }
 

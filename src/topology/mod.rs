@@ -301,7 +301,8 @@ impl Topology {
     }
 
     /// [`route`](Self::route) for a command due by `deadline`: when no master serves the
-    /// slot, the deployment is asked again as [`refresh_by`](Self::refresh_by) does.
+    /// slot, or its master went silent where masters can be replaced, the deployment is asked
+    /// again as [`refresh_by`](Self::refresh_by) does.
     pub(crate) fn route_by(
         &self,
         key: &str,
@@ -311,17 +312,21 @@ impl Topology {
             crate::names::check_cluster_name(key)?;
         }
         let mut map = self.map();
-        if map
-            .master_for(key)
-            .is_some_and(|pool| self.may_be_replaced(pool))
-        {
-            // Its last command timed out: the master may be stopped and its replica promoted
-            // by now. Asked again (at most every `REFRESH_INTERVAL_MIN`), this node last.
-            match deadline {
-                Some(deadline) => self.refresh_by(map.generation, deadline),
-                None => self.refresh_unless_under_way(map.generation),
+        match map.master_for(key) {
+            Some(pool) if !self.may_be_replaced(pool) => {
+                return Ok((Arc::clone(pool), map.generation));
             }
-            map = self.map();
+            Some(_) => {
+                // Its last command timed out: the master may be stopped and its replica
+                // promoted by now. Asked again (at most every `REFRESH_INTERVAL_MIN`), this
+                // node last.
+                match deadline {
+                    Some(deadline) => self.refresh_by(map.generation, deadline),
+                    None => self.refresh_unless_under_way(map.generation),
+                }
+                map = self.map();
+            }
+            None => {}
         }
         match map.master_for(key) {
             Some(pool) => Ok((Arc::clone(pool), map.generation)),
