@@ -42,9 +42,9 @@ pub enum Fault {
     /// SIGSTOP of the locks' master for [`FROZEN_FOR`], well past its replica's promotion,
     /// then SIGCONT: the manager must follow the promotion while the old master hangs.
     FrozenMaster,
-    /// A replica restarted (its full sync held back by `repl-diskless-sync-delay`, so the
-    /// master lists it in `wait_bgsave` meanwhile), then the master killed 0.1 s after the
-    /// sync: what the master took while the replica was syncing must not be lost.
+    /// The replicas in a full resync (forced, and held back by `repl-diskless-sync-delay`, so
+    /// the master lists them in `wait_bgsave`), as after a replica restart, and the master
+    /// killed during it: what the master took while they were syncing must not count.
     ReplicaResync,
     /// Faults drawn at random from the catalogue, at random moments, for [`RANDOM_FOR`]
     /// (seeded: `CAMPAIGN_SEED` repeats a run; the seed is printed).
@@ -86,7 +86,7 @@ impl fmt::Display for Fault {
             Fault::MinorityPartition => "partition node+client",
             Fault::SlotMigration => "slot migration",
             Fault::FrozenMaster => "SIGSTOP master 20 s",
-            Fault::ReplicaResync => "replica resync, kill -9 master",
+            Fault::ReplicaResync => "replicas resyncing, kill -9 master",
             Fault::Random => "random faults",
         })
     }
@@ -395,38 +395,44 @@ fn replica_now(master: u16) -> u16 {
         .expect("the master has a replica")
 }
 
-/// [`Fault::ReplicaResync`]: the replica restarted while the master holds back its full sync
-/// (the replica waits in `wait_bgsave`), then the master killed 0.1 s after the sync ends;
-/// returns the old master.
+/// [`Fault::ReplicaResync`]: the replicas' links dropped and a full resync forced (a new
+/// replication id on the master, as after a replica restart whose backlog ran out), the
+/// sync held back by `repl-diskless-sync-delay` (the master lists its replicas in
+/// `wait_bgsave`, and they keep their data), and the master killed [`IN_SYNC_FOR`] into
+/// that wait: what it took meanwhile reached no replica. Returns the old master.
 fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) -> u16 {
     let master = sentinel.master_port();
-    let replica = sentinel.replica_ports()[0];
     let mut conn = super::support::connect(&format!("redis://{}:{master}/", host_of(master)))
         .expect("the master answers");
-    for (name, value) in [
-        ("repl-diskless-sync", "yes"),
-        ("repl-diskless-sync-delay", "3"),
-    ] {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(name)
-            .arg(value)
-            .query::<()>(&mut conn)
-            .expect("CONFIG SET on the master");
-    }
-    let restarted = now_ns();
-    sentinel.restart_empty(replica);
-    let deadline = now_ns() + 60_000_000_000;
-    while !replication_says(replica, "master_link_status:up") && now_ns() < deadline {
+    let mut run =
+        |cmd: &mut redis::Cmd| cmd.query::<redis::Value>(&mut conn).expect("on the master");
+    run(redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync")
+        .arg("yes"));
+    run(redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("5"));
+    run(redis::cmd("DEBUG").arg("CHANGE-REPL-ID"));
+    let dropped = now_ns();
+    run(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    let deadline = now_ns() + 10_000_000_000;
+    while !replication_says(master, "state=wait_bgsave") && now_ns() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let synced = now_ns();
-    std::thread::sleep(Duration::from_millis(100));
+    let waiting = now_ns();
+    std::thread::sleep(IN_SYNC_FOR);
     let old = sentinel.kill_master();
     eprintln!(
-        "  replica {replica} restarted, in sync {:.1} s later; master {old} killed 0.1 s after",
-        (synced - restarted) as f64 / 1e9
+        "  replicas of {old} in wait_bgsave {:.1} s after their links dropped; {old} killed \
+         {:.1} s later",
+        (waiting - dropped) as f64 / 1e9,
+        IN_SYNC_FOR.as_secs_f64()
     );
     sentinel.wait_for_failover(old);
     old
 }
+
+/// How long the master of [`Fault::ReplicaResync`] runs with its replicas in `wait_bgsave`.
+const IN_SYNC_FOR: Duration = Duration::from_millis(1_500);

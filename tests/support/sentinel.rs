@@ -351,16 +351,6 @@ impl RedisSentinel {
         });
     }
 
-    /// SIGKILL of a server and a start on the same port with the same arguments, without
-    /// the RDB file a replica keeps of its last sync: a replica comes back empty and needs a
-    /// full sync from the master it was started for (a partial one needs that file).
-    pub fn restart_empty(&self, port: u16) {
-        if let Some(server) = self.servers.lock().unwrap().get_mut(&port) {
-            let _ = std::fs::remove_file(super::dir_of(server).join("dump.rdb"));
-            server.restart();
-        }
-    }
-
     /// SIGSTOP of a server.
     pub fn pause(&self, port: u16) {
         self.servers.lock().unwrap()[&port].freeze();
