@@ -43,8 +43,9 @@ pub enum Fault {
     /// then SIGCONT: the manager must follow the promotion while the old master hangs.
     FrozenMaster,
     /// The replicas in a full resync (forced, and held back by `repl-diskless-sync-delay`, so
-    /// the master lists them in `wait_bgsave`), as after a replica restart, and the master
-    /// killed during it: what the master took while they were syncing must not count.
+    /// the master lists them in `wait_bgsave`) from before the workers start, as after a
+    /// replica restart, and the master killed during it: what the master took while they were
+    /// syncing must not count.
     ReplicaResync,
     /// Faults drawn at random from the catalogue, at random moments, for [`RANDOM_FOR`]
     /// (seeded: `CAMPAIGN_SEED` repeats a run; the seed is printed).
@@ -395,12 +396,27 @@ fn replica_now(master: u16) -> u16 {
         .expect("the master has a replica")
 }
 
-/// [`Fault::ReplicaResync`]: the replicas' links dropped and a full resync forced (a new
-/// replication id on the master, as after a replica restart whose backlog ran out), the
-/// sync held back by `repl-diskless-sync-delay` (the master lists its replicas in
-/// `wait_bgsave`, and they keep their data), and the master killed [`IN_SYNC_FOR`] into
-/// that wait: what it took meanwhile reached no replica. Returns the old master.
-fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) -> u16 {
+/// Before the workers start, for [`Fault::ReplicaResync`]: the replicas' links dropped and a
+/// full resync forced (a new replication id on the master, as after a replica restart whose
+/// backlog ran out), held back 30 s by `repl-diskless-sync-delay`: the master lists its
+/// replicas in `wait_bgsave` (its `ROLE` lists none), and they keep their data. The workers'
+/// managers then start while the replicas sync, as a manager meets a replica just added or
+/// restarted. The sentinels' down-after goes to 3 s, so that a replica whose link has been
+/// down that long may still be promoted (ten down-after periods).
+pub fn prepare(fault: Fault, deployment: &Deployment) {
+    let (Fault::ReplicaResync, Deployment::Sentinel(sentinel)) = (fault, deployment) else {
+        return;
+    };
+    for url in sentinel.sentinel_urls() {
+        let mut conn = super::support::connect(&url).expect("a sentinel answers");
+        redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(sentinel.master_name())
+            .arg("down-after-milliseconds")
+            .arg("3000")
+            .query::<()>(&mut conn)
+            .expect("SENTINEL SET");
+    }
     let master = sentinel.master_port();
     let mut conn = super::support::connect(&format!("redis://{}:{master}/", host_of(master)))
         .expect("the master answers");
@@ -413,26 +429,22 @@ fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) 
     run(redis::cmd("CONFIG")
         .arg("SET")
         .arg("repl-diskless-sync-delay")
-        .arg("5"));
+        .arg("30"));
     run(redis::cmd("DEBUG").arg("CHANGE-REPL-ID"));
-    let dropped = now_ns();
     run(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
     let deadline = now_ns() + 10_000_000_000;
     while !replication_says(master, "state=wait_bgsave") && now_ns() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let waiting = now_ns();
-    std::thread::sleep(IN_SYNC_FOR);
+    eprintln!("  replicas of {master} in wait_bgsave (links dropped, full resync held back 30 s)");
+}
+
+/// [`Fault::ReplicaResync`], its replicas still in `wait_bgsave` (see [`prepare`]): the
+/// master killed; what it took since reached no replica. Returns the old master.
+fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) -> u16 {
+    let still = replication_says(sentinel.master_port(), "state=wait_bgsave");
     let old = sentinel.kill_master();
-    eprintln!(
-        "  replicas of {old} in wait_bgsave {:.1} s after their links dropped; {old} killed \
-         {:.1} s later",
-        (waiting - dropped) as f64 / 1e9,
-        IN_SYNC_FOR.as_secs_f64()
-    );
+    eprintln!("  master {old} killed, its replicas still in wait_bgsave: {still}");
     sentinel.wait_for_failover(old);
     old
 }
-
-/// How long the master of [`Fault::ReplicaResync`] runs with its replicas in `wait_bgsave`.
-const IN_SYNC_FOR: Duration = Duration::from_millis(1_500);

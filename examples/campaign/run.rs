@@ -74,6 +74,7 @@ fn load_and_break(
     } else {
         KeptOrNot::Temp(dir)
     };
+    faults::prepare(fault, &deployment);
     let setup = setup(shared, &deployment, fault, &row);
     let workers = Workers::spawn(&setup, dir.path());
     wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
