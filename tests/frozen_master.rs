@@ -79,8 +79,9 @@ fn name_on(cluster: &RedisCluster, master: u16, prefix: &str) -> String {
 /// Invariant: on Sentinel, with the master stopped (not killed), a waiter whose holder's
 /// lease ends during the stop, a fresh `try_lock` and a semaphore's `try_acquire` started
 /// during it all acquire on the promoted replica, within their wait, while their manager is
-/// busy with other acquires. Before, the lock's waiters failed with "acquire timed out after
-/// 3.2 s".
+/// busy with other acquires; and a hold renewed by a 6 s watchdog survives, renewed on the
+/// promoted replica. Before, the lock's waiters failed with "acquire timed out after 3.2 s",
+/// and the semaphore with "semaphore acquire timed out after 3.1 s".
 #[test]
 fn sentinel_waiters_ride_out_a_frozen_master() {
     let sentinel = RedisSentinel::with_replicas(1);
@@ -92,6 +93,13 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
             .expect("manager")
     };
     let (holder, waiters) = (build(), build());
+    let renewer = LockManager::sentinel_builder(&urls, sentinel.master_name())
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .expect("manager");
+    let renewed = renewer
+        .lock("frozen-sentinel-renewed")
+        .expect("a hold the watchdog renews");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let busy = keep_busy(&waiters, "frozen-sentinel-busy", &stop);
     let permits = "frozen-sentinel-permits";
@@ -125,8 +133,18 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
             }
         })
     };
-    sentinel.wait_for_failover(old);
+    let new = sentinel.wait_for_failover(old);
     let promoted = paused.elapsed();
+    // Past the lease of the last renewal before the stop: only renewals on the promoted
+    // replica keep the hold.
+    std::thread::sleep((paused + Duration::from_secs(8)).saturating_duration_since(Instant::now()));
+    let mut on_new = support::connect(&format!("redis://127.0.0.1:{new}/")).expect("connect");
+    let ttl: i64 = support::query(
+        &mut on_new,
+        redis::cmd("PTTL").arg("frozen-sentinel-renewed"),
+    )
+    .expect("PTTL");
+    let lost = renewed.is_lost();
     let waited = waiting.join().expect("waiter");
     let fresh = fresh.join().expect("fresh acquire");
     let permit = semaphore.join().expect("semaphore acquire");
@@ -144,12 +162,16 @@ fn sentinel_waiters_ride_out_a_frozen_master() {
         permit.unwrap_or_else(|err| panic!("the semaphore (promoted after {promoted:?}) {err}"));
     eprintln!(
         "promoted {promoted:?} after the stop; the waiter acquired {:?}, the fresh call {:?} \
-         and the semaphore {:?} after the stop",
+         and the semaphore {:?} after the stop; the renewed hold's PTTL {ttl} ms 8 s after it",
         waited - paused,
         fresh - paused,
         permit - paused
     );
     assert!(waited > paused && fresh > paused);
+    assert!(
+        ttl > 0 && !lost,
+        "the watchdog's hold on the promoted replica: PTTL {ttl}, lost {lost}"
+    );
 }
 
 /// Invariant: on a cluster, with a master stopped (not killed), a waiter and a fresh
