@@ -477,10 +477,11 @@ fn an_acquire_whose_reply_came_too_late_is_never_sent_again() {
     let name = name_on(&cluster, master, "once");
     let held = manager.lock(&name).expect("lock");
     // A paused master (well within the cluster's node timeout: no failover) answers nothing:
-    // the re-entrant acquire times out, and is not sent again (redis-rs' cluster client would
-    // send it up to 16 times, each one more hold).
+    // the re-entrant acquire (one attempt: a waiter would ride the timeout out and look
+    // again with the same attempt id) times out, and is not sent again (redis-rs' cluster
+    // client would send it up to 16 times, each one more hold).
     cluster.pause(master);
-    let err = manager.lock(&name).unwrap_err();
+    let err = manager.try_lock(&name, Duration::ZERO).unwrap_err();
     cluster.resume(master);
     assert!(err.is_timeout(), "{err}");
     // The one request that was sent runs when the master wakes up: two holds, never more.

@@ -387,7 +387,9 @@ fn a_call_does_not_wait_behind_another_threads_search_for_the_master() {
                 s.spawn(move || {
                     start.wait();
                     let began = Instant::now();
-                    let failed = manager.lock(name).is_err();
+                    // One attempt: a call with a wait rides the outage out (a failover may
+                    // be under way), and what is measured here is one call's own budget.
+                    let failed = manager.try_lock(name, Duration::ZERO).is_err();
                     (began.elapsed(), failed)
                 })
             })

@@ -29,6 +29,15 @@ pub struct Verdict {
     pub told_overlaps: usize,
     /// Processes that did not acquire within the bound after a heal.
     pub liveness_misses: usize,
+    /// Calls with a long wait (a waiter's, a fresh call's) that failed inside it: on Sentinel
+    /// and Cluster, where the README promises that a waiter rides out a failover within its
+    /// wait, a violation (see `waiters_promised`).
+    pub waiter_failures: usize,
+    /// Calls with a long wait that started during a fault (between its start and its heal).
+    pub started_in_fault: usize,
+    /// The row's fault is a failover (or a master that hangs) on Sentinel or Cluster: waiters
+    /// failing inside their wait break the README's promise.
+    pub waiters_promised: bool,
     /// Longest time from a heal to the last process's next acquire (ns).
     pub worst_recovery: u64,
     /// Keys left on the masters after everyone stopped (see `leftovers`).
@@ -53,6 +62,11 @@ impl Verdict {
             + self.stale_accepted
             + self.overlaps
             + self.liveness_misses
+            + if self.waiters_promised {
+                self.waiter_failures
+            } else {
+                0
+            }
             + self.leftovers
             + self.hung_workers
     }
@@ -94,7 +108,14 @@ pub fn check(
         .filter(|h| h.kind == Kind::Plain)
         .collect();
     let (overlaps, told_overlaps) = overlaps(&plain, &mut notes);
-    let (liveness_misses, worst_recovery) = liveness(&holds, histories.len(), &heals, bound);
+    // Liveness is about the short rounds: a long wait's hold says less about recovery.
+    let short: Vec<&Hold> = holds
+        .iter()
+        .copied()
+        .filter(|h| !h.kind.waits_long())
+        .collect();
+    let (liveness_misses, worst_recovery) = liveness(&short, histories.len(), &heals, bound);
+    let (waiter_failures, started_in_fault) = long_waits(histories, faults, &mut notes);
     Verdict {
         holds: holds.len(),
         fails: histories.iter().flatten().count() - holds.len(),
@@ -106,6 +127,8 @@ pub fn check(
         told_overlaps,
         liveness_misses,
         worst_recovery,
+        waiter_failures,
+        started_in_fault,
         notes: notes.lines,
         ..Verdict::default()
     }
@@ -268,4 +291,44 @@ fn liveness(holds: &[&Hold], processes: usize, heals: &[u64], bound: u64) -> (us
         }
     }
     (misses, worst)
+}
+
+/// The calls with a long wait: (those that failed inside it, those that started during a
+/// fault). A call that returned "not acquired" at the end of its wait did not fail inside it.
+fn long_waits(
+    histories: &[Vec<Record>],
+    faults: &[(u64, u64)],
+    notes: &mut Notes,
+) -> (usize, usize) {
+    let wait = super::worker::LONG_WAIT.as_nanos() as u64;
+    let in_fault = |at: u64| {
+        faults
+            .iter()
+            .any(|&(began, healed)| (began..=healed).contains(&at))
+    };
+    let (mut failed, mut started) = (0, 0);
+    for record in histories.iter().flatten() {
+        let (kind, call_start) = match record {
+            Record::Hold(h) => (h.kind, h.call_start),
+            Record::Fail(f) => (f.kind, f.call_start),
+        };
+        if !kind.waits_long() {
+            continue;
+        }
+        started += usize::from(in_fault(call_start));
+        let Record::Fail(f) = record else { continue };
+        if f.at.saturating_sub(f.call_start) < wait {
+            failed += 1;
+            let text = format!(
+                "{} call of process {} began {}, failed {}: {}",
+                f.kind,
+                f.process,
+                notes.t(f.call_start),
+                notes.t(f.at),
+                f.reason
+            );
+            notes.add("waiter failed inside its wait", text);
+        }
+    }
+    (failed, started)
 }

@@ -124,6 +124,30 @@ impl Deployment {
         }
     }
 
+    /// Waits (up to 60 s) until every replica's link to its master is up: a replica still in
+    /// its full sync (a stale master just demoted) cannot be promoted, so a fault on its
+    /// master injected meanwhile would meet no failover.
+    pub fn wait_until_whole(&self) {
+        let replicas: Vec<u16> = match self {
+            Deployment::Single(..) => Vec::new(),
+            Deployment::Sentinel(sentinel) => sentinel.replica_ports(),
+            Deployment::Cluster(cluster) => cluster
+                .seed_urls()
+                .iter()
+                .filter_map(|url| url.rsplit(':').next()?.trim_end_matches('/').parse().ok())
+                .filter(|&port| replication_says(port, "role:slave"))
+                .collect(),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        for replica in replicas {
+            while !replication_says(replica, "master_link_status:up")
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+
     /// The ports of the servers that are masters now: where leftover keys would be.
     pub fn masters_now(&self) -> Vec<u16> {
         match self {

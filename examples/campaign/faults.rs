@@ -39,9 +39,25 @@ pub enum Fault {
     MinorityPartition,
     /// The locks' slot moves to another master while workers use it.
     SlotMigration,
+    /// SIGSTOP of the locks' master for [`FROZEN_FOR`], well past its replica's promotion,
+    /// then SIGCONT: the manager must follow the promotion while the old master hangs.
+    FrozenMaster,
+    /// The replicas in a full resync (forced, and held back by `repl-diskless-sync-delay`, so
+    /// the master lists them in `wait_bgsave`) from before the workers start, as after a
+    /// replica restart, and the master killed during it: what the master took while they were
+    /// syncing must not count.
+    ReplicaResync,
+    /// Faults drawn at random from the catalogue, at random moments, for [`RANDOM_FOR`]
+    /// (seeded: `CAMPAIGN_SEED` repeats a run; the seed is printed).
+    Random,
 }
 
-pub const ALL: [Fault; 10] = [
+/// How long a frozen master stays stopped (the repro stopped it 20 s).
+pub const FROZEN_FOR: Duration = Duration::from_secs(20);
+/// How long the random row draws faults.
+pub const RANDOM_FOR: Duration = Duration::from_secs(150);
+
+pub const ALL: [Fault; 13] = [
     Fault::Restart,
     Fault::ClientStop,
     Fault::SentinelFailover,
@@ -52,6 +68,9 @@ pub const ALL: [Fault; 10] = [
     Fault::NodePartition,
     Fault::MinorityPartition,
     Fault::SlotMigration,
+    Fault::FrozenMaster,
+    Fault::ReplicaResync,
+    Fault::Random,
 ];
 
 impl fmt::Display for Fault {
@@ -67,6 +86,9 @@ impl fmt::Display for Fault {
             Fault::NodePartition => "partition node",
             Fault::MinorityPartition => "partition node+client",
             Fault::SlotMigration => "slot migration",
+            Fault::FrozenMaster => "SIGSTOP master 20 s",
+            Fault::ReplicaResync => "replicas resyncing, kill -9 master",
+            Fault::Random => "random faults",
         })
     }
 }
@@ -86,8 +108,22 @@ impl Fault {
             Fault::MinorityPartition => !single,
             Fault::SentinelFailover => sentinel,
             Fault::ClusterFailover | Fault::SlotMigration => cluster,
-            Fault::KillMaster => sentinel || cluster,
+            Fault::KillMaster | Fault::FrozenMaster => sentinel || cluster,
+            Fault::ReplicaResync => sentinel,
+            Fault::Random => topology == Topology::Sentinel2 || cluster,
         }
+    }
+
+    /// Whether the README promises that a waiter rides this fault out within its wait: a
+    /// failover (or a master that hangs) on Sentinel or Cluster. Not a client cut off or
+    /// stopped, nor one server down (one connect timeout of grace there).
+    pub fn waiters_promised(self, topology: Topology) -> bool {
+        let single = matches!(topology, Topology::Single | Topology::SingleAof);
+        !single
+            && !matches!(
+                self,
+                Fault::ClientStop | Fault::ClientPartition | Fault::MinorityPartition
+            )
     }
 
     /// Whether the deployment is whole again after it, so that it can be injected again.
@@ -96,7 +132,7 @@ impl Fault {
     pub fn repeatable(self, topology: Topology) -> bool {
         let single = matches!(topology, Topology::Single | Topology::SingleAof);
         match self {
-            Fault::KillMaster => false,
+            Fault::KillMaster | Fault::ReplicaResync | Fault::Random => false,
             Fault::NodePartition => single,
             Fault::MinorityPartition => false,
             _ => true,
@@ -275,6 +311,22 @@ fn sentinel_fault(fault: Fault, sentinel: &super::support::sentinel::RedisSentin
             sentinel.wait_for_demotion(old);
             old
         }
+        Fault::FrozenMaster => {
+            let old = sentinel.master_port();
+            let stopped = now_ns();
+            sentinel.pause(old);
+            sentinel.wait_for_failover(old);
+            let promoted = now_ns();
+            sleep_until(stopped + FROZEN_FOR.as_nanos() as u64);
+            sentinel.resume(old);
+            sentinel.wait_for_demotion(old);
+            eprintln!(
+                "  {fault}: promoted {:.1} s after the stop",
+                (promoted - stopped) as f64 / 1e9
+            );
+            old
+        }
+        Fault::ReplicaResync => replica_resync_then_kill(sentinel),
         other => panic!("{other} does not apply to Sentinel"),
     };
     // For reading the examples the checker prints: which server served when.
@@ -293,15 +345,23 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
             cluster.kill(master);
             cluster.wait_for_new_master_of_slot(slot, master);
         }
-        Fault::StaleMaster => {
+        Fault::StaleMaster | Fault::FrozenMaster => {
             // Asks the replica itself: the cluster helpers ask every node, and a stopped one
             // may not even accept a connection (its backlog full of the workers' attempts).
             let replica = replica_now(master);
+            let stopped = now_ns();
             cluster.pause(master);
             let promoted = || replication_says(replica, "role:master");
             let deadline = now_ns() + 60_000_000_000;
             while !promoted() && now_ns() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
+            }
+            if fault == Fault::FrozenMaster {
+                eprintln!(
+                    "  {fault}: promoted {:.1} s after the stop",
+                    (now_ns() - stopped) as f64 / 1e9
+                );
+                sleep_until(stopped + FROZEN_FOR.as_nanos() as u64);
             }
             cluster.resume(master);
             cluster.wait_until_ok();
@@ -334,4 +394,57 @@ fn replica_now(master: u16) -> u16 {
         .find_map(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
         .and_then(|p| p.parse().ok())
         .expect("the master has a replica")
+}
+
+/// Before the workers start, for [`Fault::ReplicaResync`]: the replicas' links dropped and a
+/// full resync forced (a new replication id on the master, as after a replica restart whose
+/// backlog ran out), held back 30 s by `repl-diskless-sync-delay`: the master lists its
+/// replicas in `wait_bgsave` (its `ROLE` lists none), and they keep their data. The workers'
+/// managers then start while the replicas sync, as a manager meets a replica just added or
+/// restarted. The sentinels' down-after goes to 3 s, so that a replica whose link has been
+/// down that long may still be promoted (ten down-after periods).
+pub fn prepare(fault: Fault, deployment: &Deployment) {
+    let (Fault::ReplicaResync, Deployment::Sentinel(sentinel)) = (fault, deployment) else {
+        return;
+    };
+    for url in sentinel.sentinel_urls() {
+        let mut conn = super::support::connect(&url).expect("a sentinel answers");
+        redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(sentinel.master_name())
+            .arg("down-after-milliseconds")
+            .arg("3000")
+            .query::<()>(&mut conn)
+            .expect("SENTINEL SET");
+    }
+    let master = sentinel.master_port();
+    let mut conn = super::support::connect(&format!("redis://{}:{master}/", host_of(master)))
+        .expect("the master answers");
+    let mut run =
+        |cmd: &mut redis::Cmd| cmd.query::<redis::Value>(&mut conn).expect("on the master");
+    run(redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync")
+        .arg("yes"));
+    run(redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("30"));
+    run(redis::cmd("DEBUG").arg("CHANGE-REPL-ID"));
+    run(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    let deadline = now_ns() + 10_000_000_000;
+    while !replication_says(master, "state=wait_bgsave") && now_ns() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("  replicas of {master} in wait_bgsave (links dropped, full resync held back 30 s)");
+}
+
+/// [`Fault::ReplicaResync`], its replicas still in `wait_bgsave` (see [`prepare`]): the
+/// master killed; what it took since reached no replica. Returns the old master.
+fn replica_resync_then_kill(sentinel: &super::support::sentinel::RedisSentinel) -> u16 {
+    let still = replication_says(sentinel.master_port(), "state=wait_bgsave");
+    let old = sentinel.kill_master();
+    eprintln!("  master {old} killed, its replicas still in wait_bgsave: {still}");
+    sentinel.wait_for_failover(old);
+    old
 }

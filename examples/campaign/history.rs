@@ -4,11 +4,23 @@
 
 use std::fmt;
 
-/// Which lock a round used: the fenced one (writes to the store) or the plain one.
+/// Which lock a round used: the fenced one (writes to the store) or the plain one; or a long
+/// wait: the waited lock, which every process's waiter thread contends for, or the process's
+/// own lock, which its fresh thread takes again and again (so that calls start during a
+/// fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Fenced,
     Plain,
+    Waited,
+    Fresh,
+}
+
+impl Kind {
+    /// A call with a wait longer than any failover: it must not fail inside it.
+    pub fn waits_long(self) -> bool {
+        matches!(self, Kind::Waited | Kind::Fresh)
+    }
 }
 
 /// What the fenced write of a hold got from the store.
@@ -54,6 +66,7 @@ pub struct Hold {
 pub struct Fail {
     pub kind: Kind,
     pub process: usize,
+    pub call_start: u64,
     pub at: u64,
     pub reason: String,
 }
@@ -68,6 +81,8 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Fenced => "fenced",
             Kind::Plain => "plain",
+            Kind::Waited => "waited",
+            Kind::Fresh => "fresh",
         })
     }
 }
@@ -90,7 +105,11 @@ impl fmt::Display for Record {
             ),
             Record::Fail(x) => {
                 let reason: String = x.reason.split_whitespace().collect::<Vec<_>>().join("_");
-                write!(f, "fail {} {} {} {}", x.kind, x.process, x.at, reason)
+                write!(
+                    f,
+                    "fail {} {} {} {} {}",
+                    x.kind, x.process, x.call_start, x.at, reason
+                )
             }
         }
     }
@@ -102,6 +121,8 @@ pub fn parse(line: &str) -> Option<Record> {
     let kind = match *f.get(1)? {
         "fenced" => Kind::Fenced,
         "plain" => Kind::Plain,
+        "waited" => Kind::Waited,
+        "fresh" => Kind::Fresh,
         _ => return None,
     };
     match (f[0], f.len()) {
@@ -116,11 +137,12 @@ pub fn parse(line: &str) -> Option<Record> {
             write: parse_write(f[8])?,
             end: parse_end(f[9])?,
         })),
-        ("fail", 5) => Some(Record::Fail(Fail {
+        ("fail", 6) => Some(Record::Fail(Fail {
             kind,
             process: f[2].parse().ok()?,
-            at: f[3].parse().ok()?,
-            reason: f[4].to_string(),
+            call_start: f[3].parse().ok()?,
+            at: f[4].parse().ok()?,
+            reason: f[5].to_string(),
         })),
         _ => None,
     }

@@ -5,8 +5,8 @@
 //! then reads every recorded history. See RELIABILITY.md for the table and what it means.
 //!
 //! ```sh
-//! cargo run --release --example campaign              # short mode (CI), about 3 minutes
-//! cargo run --release --example campaign -- --long    # every fault, repeated: about 27 minutes
+//! cargo run --release --example campaign              # short mode (CI), about 3.5 minutes
+//! cargo run --release --example campaign -- --long    # every fault, repeated: about 40 minutes
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
 //! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```

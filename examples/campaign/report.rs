@@ -2,7 +2,7 @@
 
 use super::run::RowResult;
 
-const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
+const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | long waits failed (started in a fault) | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
 
 pub fn table(rows: &[RowResult]) -> String {
     let mut out = String::from(HEADER);
@@ -16,7 +16,7 @@ pub fn table(rows: &[RowResult]) -> String {
 fn line(row: &RowResult) -> String {
     let v = match &row.verdict {
         Err(reason) => {
-            let blanks = " |".repeat(13);
+            let blanks = " |".repeat(14);
             return format!("| {} | {} | {reason} |{blanks}", row.topology, row.fault);
         }
         Ok(v) => v,
@@ -26,7 +26,7 @@ fn line(row: &RowResult) -> String {
         (n, true) => format!("{n} (documented)"),
     };
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | **{}** |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | **{}** |",
         row.topology,
         row.fault,
         row.injected,
@@ -39,11 +39,23 @@ fn line(row: &RowResult) -> String {
         v.overlaps,
         v.told_overlaps,
         v.liveness_misses,
+        waiters(v),
         v.leftovers,
         v.hung_workers,
         v.worst_recovery as f64 / 1e9,
         v.violations()
     )
+}
+
+/// Long waits that failed inside their wait, marked "(not promised)" where the README does not
+/// promise that they ride the fault out, and the calls started during a fault.
+fn waiters(v: &super::checker::Verdict) -> String {
+    let promised = if v.waiters_promised || v.waiter_failures == 0 {
+        ""
+    } else {
+        " (not promised)"
+    };
+    format!("{}{promised} ({})", v.waiter_failures, v.started_in_fault)
 }
 
 /// Violations over every row that ran.

@@ -74,6 +74,7 @@ fn load_and_break(
     } else {
         KeptOrNot::Temp(dir)
     };
+    faults::prepare(fault, &deployment);
     let setup = setup(shared, &deployment, fault, &row);
     let workers = Workers::spawn(&setup, dir.path());
     wait_until_all_acquired(&workers, 0, Duration::from_secs(30));
@@ -84,7 +85,10 @@ fn load_and_break(
         1
     };
     let mut times = Vec::new();
-    for repeat in 0..repeats {
+    if fault == Fault::Random {
+        random_faults(shared, topology, &mut deployment, &workers, &mut times);
+    }
+    for repeat in (0..repeats).filter(|_| fault != Fault::Random) {
         let (began, healed) = faults::inject(
             fault,
             &mut deployment,
@@ -95,6 +99,7 @@ fn load_and_break(
         times.push((began, healed));
         wait_until_all_acquired(&workers, healed, mode.liveness_bound);
         if repeat + 1 < repeats {
+            deployment.wait_until_whole();
             std::thread::sleep(mode.warmup);
         }
     }
@@ -105,8 +110,61 @@ fn load_and_break(
     // README: "a Redis server that restarts without persistence forgets ... its fencing
     // counters (tokens start again from 1)".
     verdict.tokens_documented = topology == Topology::Single && fault == Fault::Restart;
+    verdict.waiters_promised = fault.waiters_promised(topology);
     verdict.leftovers = leftovers(&deployment, mode.watchdog + Duration::from_secs(3));
     (verdict, times.len())
+}
+
+/// [`Fault::Random`]: faults drawn from those that leave the deployment whole (and need no
+/// namespace), each after a pause drawn up to 5 s once every replica is in sync again (see
+/// `Deployment::wait_until_whole`), until [`faults::RANDOM_FOR`] has passed;
+/// each one's (began, healed) goes to `times`. The seed is `CAMPAIGN_SEED`, or the clock's;
+/// it is printed so that a run can be repeated.
+fn random_faults(
+    shared: &Shared,
+    topology: Topology,
+    deployment: &mut Deployment,
+    workers: &Workers,
+    times: &mut Vec<(u64, u64)>,
+) {
+    let catalogue: Vec<Fault> = faults::ALL
+        .into_iter()
+        .filter(|&f| {
+            f.applies_to(topology)
+                && f.repeatable(topology)
+                && f.not_run(topology, None).is_none()
+                && !matches!(f, Fault::Random | Fault::ReplicaResync)
+        })
+        .collect();
+    let seed = std::env::var("CAMPAIGN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| now_ns() | 1);
+    eprintln!("  random faults: seed {seed} (CAMPAIGN_SEED={seed} repeats the draw)");
+    let mut rng = XorShift(seed.max(1));
+    let until = Instant::now() + faults::RANDOM_FOR;
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(rng.next() % 5_000));
+        let fault = catalogue[(rng.next() % catalogue.len() as u64) as usize];
+        eprintln!("  random faults: {fault}");
+        let (began, healed) =
+            faults::inject(fault, deployment, workers, None, past_lease(shared.mode));
+        times.push((began, healed));
+        wait_until_all_acquired(workers, healed, shared.mode.liveness_bound);
+        deployment.wait_until_whole();
+    }
+}
+
+/// A small seeded generator (xorshift64*): the same seed draws the same faults and pauses.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
 }
 
 /// Stops the workers and runs the checker over their histories and the store's ledger.

@@ -2,7 +2,7 @@
 //! check that stopped counting would otherwise pass every row unnoticed.
 
 use super::checker::check;
-use super::history::{End, Hold, Kind, Record, Write};
+use super::history::{End, Fail, Hold, Kind, Record, Write};
 use super::store::Entry;
 
 fn hold(kind: Kind, process: usize, times: (u64, u64, u64), token: u64, end: End) -> Record {
@@ -36,6 +36,14 @@ pub fn run() {
         hold(Fenced, 1, (130, 140, 150), 11, End::Held),
         // Overlaps worker 0's last plain hold, and was told: documented.
         hold(Plain, 1, (2000, 2150, 2300), 0, End::Lost),
+        // A long wait that began during the fault and failed long before its wait ended.
+        Record::Fail(Fail {
+            kind: Kind::Waited,
+            process: 1,
+            call_start: 950,
+            at: 980,
+            reason: "error:planted".into(),
+        }),
     ];
     let ledger =
         [(3, true), (2, true), (4, false)].map(|(token, accepted)| Entry { token, accepted });
@@ -49,11 +57,14 @@ pub fn run() {
         v.stale_accepted,
         v.liveness_misses,
         v.refused,
+        v.waiter_failures,
+        v.started_in_fault,
     ];
     assert_eq!(
         found,
-        [1, 1, 1, 1, 1, 1, 1],
-        "the checker's self-test (untold, told, duplicates, regressions, stale, liveness, refused)"
+        [1, 1, 1, 1, 1, 1, 1, 1, 1],
+        "the checker's self-test (untold, told, duplicates, regressions, stale, liveness, \
+         refused, long waits failed, long waits started in a fault)"
     );
     assert_eq!(v.worst_recovery, 1150, "worst recovery in the self-test");
 }

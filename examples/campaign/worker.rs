@@ -1,7 +1,10 @@
 //! A worker process: `campaign worker ...`, started by the driver (several per row, each with
 //! several threads). Each thread alternates a fenced round (take the fenced lock, write its
 //! token to the store) and a plain round (take the plain lock, stay a while), and appends
-//! what happened to the process's history file until the driver's stop file appears.
+//! what happened to the process's history file until the driver's stop file appears. Two
+//! more threads make calls with a long wait: a waiter (the waited lock, which every process
+//! contends for) and a fresh caller (its own lock, taken again every 100 ms, so that calls
+//! start during a fault).
 
 use std::fs::File;
 use std::io::Write as _;
@@ -25,6 +28,21 @@ const WAIT: Duration = Duration::from_secs(2);
 const PLAIN_HOLD: Duration = Duration::from_millis(20);
 /// Work between a fenced acquire and its write: a pause that lands here makes the write late.
 const FENCED_WORK: Duration = Duration::from_millis(10);
+/// The lock every process's waiter thread contends for, on the faults' master too.
+pub const WAITED: &str = "{campaign}:waited";
+/// How long the waiter and fresh threads wait: longer than any failover here takes
+/// (README: a waiter rides out a failover within its wait).
+pub const LONG_WAIT: Duration = Duration::from_secs(30);
+/// Time inside a waited or fresh critical section.
+const SHORT_HOLD: Duration = Duration::from_millis(50);
+/// Pause between two of a fresh thread's calls: a call starts within this of any moment,
+/// a fault's too.
+const FRESH_PAUSE: Duration = Duration::from_millis(100);
+
+/// The lock of `process`'s fresh thread (nobody else takes it: its calls are fresh, not waits).
+fn fresh_name(process: usize) -> String {
+    format!("{{campaign}}:fresh:{process}")
+}
 
 /// What the driver tells a worker, as command-line arguments after `worker`.
 pub struct Args {
@@ -98,7 +116,19 @@ pub fn run(args: Args) {
             })
         })
         .collect();
-    for thread in threads {
+    let long_waits = [Kind::Waited, Kind::Fresh].map(|kind| {
+        let (manager, history, args) = (manager.clone(), history.clone(), args.clone());
+        std::thread::spawn(move || {
+            let mut thread = Thread::new(&args, args.threads + kind as usize, manager, history);
+            while !args.stop_file.exists() && now_ns() < deadline {
+                thread.round(kind);
+                if kind == Kind::Fresh {
+                    std::thread::sleep(FRESH_PAUSE);
+                }
+            }
+        })
+    });
+    for thread in threads.into_iter().chain(long_waits) {
         thread.join().expect("worker thread");
     }
 }
@@ -123,6 +153,8 @@ impl Thread {
         }
     }
 
+    /// One call: the fenced or plain lock with a short wait, or one with a long wait: the
+    /// waited lock (contended by every process) or the process's own (free: a fresh call).
     fn round(&mut self, kind: Kind) {
         let call_start = now_ns();
         let acquired = match kind {
@@ -130,12 +162,23 @@ impl Thread {
                 .manager
                 .acquire(FENCED, AcquireOptions::new().wait(WAIT).fenced(true)),
             Kind::Plain => self.manager.try_lock(PLAIN, WAIT),
+            Kind::Waited => self.manager.try_lock(WAITED, LONG_WAIT),
+            Kind::Fresh => self.manager.try_lock(&fresh_name(self.process), LONG_WAIT),
         };
+        self.record_outcome(kind, call_start, acquired);
+    }
+
+    fn record_outcome(
+        &mut self,
+        kind: Kind,
+        call_start: u64,
+        acquired: redis_rlock::Result<Option<LockGuard>>,
+    ) {
         match acquired {
             Ok(Some(guard)) => self.hold(kind, call_start, guard),
-            Ok(None) => self.fail(kind, "timeout".into()),
+            Ok(None) => self.fail(kind, call_start, "timeout".into()),
             Err(err) => {
-                self.fail(kind, format!("error:{err}"));
+                self.fail(kind, call_start, format!("error:{err}"));
                 // A deployment that is down answers at once: do not spin on it.
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -150,8 +193,12 @@ impl Thread {
                 std::thread::sleep(FENCED_WORK);
                 self.store.write(token, &self.owner)
             }
-            _ => {
+            (Kind::Plain, _) => {
                 std::thread::sleep(PLAIN_HOLD);
+                Write::None
+            }
+            _ => {
+                std::thread::sleep(SHORT_HOLD);
                 Write::None
             }
         };
@@ -177,12 +224,13 @@ impl Thread {
         }));
     }
 
-    fn fail(&self, kind: Kind, reason: String) {
+    fn fail(&self, kind: Kind, call_start: u64, reason: String) {
         let at = now_ns();
         let process = self.process;
         self.record(Record::Fail(Fail {
             kind,
             process,
+            call_start,
             at,
             reason,
         }));

@@ -82,7 +82,7 @@ impl Engine {
         stop: &Stop,
         attempter: &mut Attempter<'_>,
     ) -> Result<Option<Got>> {
-        if attempter.attempt()?.is_acquired() {
+        if self.first_attempt(attempter)? {
             return Ok(Some(Got::AtOnce));
         }
         if attempter.request.one_attempt {
@@ -93,6 +93,20 @@ impl Engine {
             attempter.abandon();
         }
         Ok(outcome?.then_some(Got::AfterWaiting))
+    }
+
+    /// A call's first attempt: whether it acquired. Where masters can be replaced, an outage
+    /// (a failover under way) is ridden out by a call that has a wait, as by one already
+    /// waiting (`crate::engine::outage`): `Ok(false)`, and the wait looks again.
+    fn first_attempt(&self, attempter: &mut Attempter<'_>) -> Result<bool> {
+        match attempter.attempt() {
+            Ok(attempt) => Ok(attempt.is_acquired()),
+            Err(err) if attempter.request.one_attempt => Err(err),
+            Err(err) => {
+                attempter.outage.ride_out_first(&attempter.keys.name, err)?;
+                Ok(false)
+            }
+        }
     }
 
     /// One attempt and no queueing; while a local thread has the turn, the lock is held or
@@ -126,7 +140,7 @@ impl Engine {
         let mut attempted = false;
         if plan.reentrant || !self.line.is_busy(keys) {
             // Uncontended here: one attempt, and no entry in the line unless it fails.
-            if attempter.attempt()?.is_acquired() {
+            if self.first_attempt(attempter)? {
                 return Ok(Some(Got::AtOnce));
             }
             attempted = true;

@@ -58,7 +58,8 @@ impl<'a> Attempter<'a> {
             token: None,
             fresh,
             waiting: None,
-            outage: Outage::of(engine),
+            // Every send of one attempt carries its id: sent again, it takes nothing more.
+            outage: Outage::of(engine).resending(),
         }
     }
 

@@ -72,7 +72,7 @@ impl Engine {
         stop.check()?;
         if passed(deadline) {
             // Subscribing took the rest of the wait (a slow server): no attempt after it.
-            return Ok(false);
+            return attempter.outage.at_deadline();
         }
         let yielding = match start {
             Contention::Yield(yielded) => {

@@ -27,7 +27,8 @@ const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 /// The first attempt is made before subscribing (the common case needs no subscription); the
 /// second right after, which closes the race with a message published before the
 /// subscription. A waiter rides out Redis not answering for the outage grace
-/// (`crate::engine::outage`), as a lock's waiter does; an error before it waited, or any other error,
+/// (`crate::engine::outage`), as a lock's waiter does, and so does the first attempt where
+/// masters can be replaced (on one server its error is returned at once); any other error
 /// is returned at once. `stop` ends the wait with its error (before the first attempt, if it
 /// is stopped already: nothing is sent then).
 pub(crate) fn wait_on_channel(
@@ -38,7 +39,11 @@ pub(crate) fn wait_on_channel(
     stop: &Stop,
     mut attempt: impl FnMut() -> Result<bool>,
 ) -> Result<bool> {
-    wait_on_channel_or_timer(engine, name, channel, deadline, stop, || {
+    // A semaphore's acquire carries its attempt id, a latch's look is a read: both are safe
+    // to send again after a lost reply, so a timeout is ridden out too where masters can be
+    // replaced (a stopped master).
+    let outage = Outage::of(engine).resending();
+    wait_with_outage(engine, name, channel, deadline, stop, outage, || {
         Ok(if attempt()? {
             Look::Got
         } else {
@@ -65,17 +70,37 @@ pub(crate) fn wait_on_channel_or_timer(
     channel: &str,
     deadline: Option<Instant>,
     stop: &Stop,
+    attempt: impl FnMut() -> Result<Look>,
+) -> Result<bool> {
+    // A permit-expirable semaphore's acquire sent again after a lost reply may take a second
+    // permit: a timeout is reported, not ridden out.
+    let outage = Outage::of(engine);
+    wait_with_outage(engine, name, channel, deadline, stop, outage, attempt)
+}
+
+/// [`wait_on_channel_or_timer`] with the outage rules of `outage`. Where masters can be
+/// replaced, an outage met by the first attempt is ridden out too, for a wait that has time.
+fn wait_with_outage(
+    engine: &Engine,
+    name: &str,
+    channel: &str,
+    deadline: Option<Instant>,
+    stop: &Stop,
+    mut outage: Outage,
     mut attempt: impl FnMut() -> Result<Look>,
 ) -> Result<bool> {
     stop.check()?;
-    if matches!(attempt()?, Look::Got) {
-        return Ok(true);
+    let has_time = |deadline: Option<Instant>| deadline.is_none_or(|d| Instant::now() < d);
+    match attempt() {
+        Ok(Look::Got) => return Ok(true),
+        Ok(Look::Wait(_)) => {}
+        Err(err) if has_time(deadline) => outage.ride_out_first(name, err)?,
+        Err(err) => return Err(err),
     }
-    if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Ok(false);
+    if !has_time(deadline) {
+        return outage.at_deadline();
     }
     let subscription = engine.subscribe(channel, deadline, stop);
-    let mut outage = Outage::of(engine);
     loop {
         stop.check()?;
         let mut sleep = POLL;

@@ -443,8 +443,17 @@ impl LockStore {
         }
         let (conn, result) = self.send(pool, conn, operation, commands, deadline, asking, op)?;
         let value = match result {
-            Ok(value) => value,
+            Ok(value) => {
+                pool.answered();
+                value
+            }
             Err(err) => {
+                if err.is_timeout() {
+                    // Maybe stopped, and being replaced: the next call asks the deployment.
+                    pool.went_silent();
+                } else if err.code().is_some() {
+                    pool.answered(); // an error reply is a reply
+                }
                 if is_broken(&err) {
                     conn.discard();
                 }

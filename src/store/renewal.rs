@@ -31,6 +31,13 @@ use crate::topology::pool::{Pool, PooledConnection};
 /// already in the socket are still read (their renewals happened), and no more are waited for.
 const READ_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 
+/// How long a sweep waits for each reply of a master whose last command timed out, where
+/// masters can be replaced: a stopped master is replaced seconds after it stops (a cluster's
+/// node timeout and election, the sentinels' down-after), and its holds' leases run out a few
+/// seconds after that at worst. The watchdog must not spend that time waiting for the stopped
+/// master: its sweeps come back to it (and ask the deployment first) every so often instead.
+const SILENT_READ: Duration = Duration::from_millis(500);
+
 /// One pipeline of renewal calls for one node.
 struct Target {
     pool: Arc<Pool>,
@@ -132,10 +139,18 @@ impl LockStore {
     ) -> Vec<Option<bool>> {
         let deadline = Instant::now() + budget;
         let mut renewed = vec![None; batch.len()];
-        let map = self.topology.map();
-        let targets = self.renewal_targets(&map, batch, per_call);
-        if targets.is_empty() && !batch.is_empty() {
+        let mut map = self.topology.map();
+        let mut targets = self.renewal_targets(&map, batch, per_call);
+        let silent = targets.iter().any(|t| t.pool.is_silent());
+        if (targets.is_empty() && !batch.is_empty())
+            || (silent && self.topology.follows_failovers())
+        {
+            // No master for some slots, or one that went silent (stopped, maybe replaced by
+            // now): asked first (the silent one last), so that the renewals go to the
+            // promoted replica as soon as it serves the slots.
             self.topology.refresh_by(map.generation, deadline);
+            map = self.topology.map();
+            targets = self.renewal_targets(&map, batch, per_call);
         }
         let round = Round {
             store: self,
@@ -394,7 +409,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
             let left = self
                 .deadline
                 .saturating_duration_since(Instant::now())
-                .clamp(READ_AFTER_DEADLINE, response_timeout);
+                .clamp(READ_AFTER_DEADLINE, self.read_timeout(target));
             if left < timeout / 2 || timeout == Duration::MAX {
                 timeout = left;
                 if let Err(err) = conn.set_read_timeout(Some(timeout)) {
@@ -408,8 +423,16 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                 conn.recv_response()
             };
             match reply {
-                Ok(reply) => outcomes.push(CallOutcome::of(reply)),
-                Err(err) => return (outcomes, Some(err)),
+                Ok(reply) => {
+                    target.pool.answered();
+                    outcomes.push(CallOutcome::of(reply));
+                }
+                Err(err) => {
+                    if err.is_timeout() {
+                        target.pool.went_silent();
+                    }
+                    return (outcomes, Some(err));
+                }
             }
         }
         // The connection goes back to the pool with the timeout every call expects.
@@ -526,12 +549,24 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
             "lock renewal of {count} locks at {} failed: {err}; retrying",
             target.pool.addr()
         );
-        // A master that refuses connections may have been replaced: ask where the masters
-        // are (after the sweep, at most every so often). Not after a timeout: the discovery
-        // would ask that same silent master first and hold the watchdog past the other
-        // masters' leases.
-        if self.store.topology.follows_failovers() && err.is_connection_error() {
+        // A master that refuses connections, or went silent (stopped, see `Pool::is_silent`),
+        // may have been replaced: ask where the masters are (after the sweep, at most every
+        // so often; discovery asks a silent master last, so it does not hold the watchdog).
+        if self.store.topology.follows_failovers()
+            && (err.is_connection_error() || target.pool.is_silent())
+        {
             self.refresh.set(true);
+        }
+    }
+
+    /// How long one reply of `target` is waited for: a response timeout, or
+    /// [`SILENT_READ`] once its master went silent.
+    fn read_timeout(&self, target: &Target) -> Duration {
+        let response_timeout = self.store.response_timeout;
+        if target.pool.is_silent() && self.store.topology.follows_failovers() {
+            response_timeout.min(SILENT_READ)
+        } else {
+            response_timeout
         }
     }
 

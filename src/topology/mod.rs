@@ -281,6 +281,13 @@ impl Topology {
         !matches!(self.discovery, Discovery::Server)
     }
 
+    /// Whether `pool`'s master went silent (a command timed out, no reply since) where
+    /// masters can be replaced: a stopped master is replaced as a dead one is, but nothing
+    /// else says so (no refused connection, no READONLY or MOVED while it is stopped).
+    fn may_be_replaced(&self, pool: &Pool) -> bool {
+        self.follows_failovers() && pool.is_silent()
+    }
+
     /// Whether releases are announced with `SPUBLISH` (see the field).
     pub(crate) fn sharded_pubsub(&self) -> bool {
         self.sharded_pubsub
@@ -294,7 +301,8 @@ impl Topology {
     }
 
     /// [`route`](Self::route) for a command due by `deadline`: when no master serves the
-    /// slot, the deployment is asked again as [`refresh_by`](Self::refresh_by) does.
+    /// slot, or its master went silent where masters can be replaced, the deployment is asked
+    /// again as [`refresh_by`](Self::refresh_by) does.
     pub(crate) fn route_by(
         &self,
         key: &str,
@@ -303,7 +311,23 @@ impl Topology {
         if self.is_cluster() && !key.is_empty() {
             crate::names::check_cluster_name(key)?;
         }
-        let map = self.map();
+        let mut map = self.map();
+        match map.master_for(key) {
+            Some(pool) if !self.may_be_replaced(pool) => {
+                return Ok((Arc::clone(pool), map.generation));
+            }
+            Some(_) => {
+                // Its last command timed out: the master may be stopped and its replica
+                // promoted by now. Asked again (at most every `REFRESH_INTERVAL_MIN`), this
+                // node last.
+                match deadline {
+                    Some(deadline) => self.refresh_by(map.generation, deadline),
+                    None => self.refresh_unless_under_way(map.generation),
+                }
+                map = self.map();
+            }
+            None => {}
+        }
         match map.master_for(key) {
             Some(pool) => Ok((Arc::clone(pool), map.generation)),
             None => {
@@ -445,10 +469,12 @@ impl Topology {
                 sentinels,
                 master_name,
             } => {
-                let (host, port, replicas) = self.ask_sentinels(sentinels, master_name)?;
+                let (host, port, replicas) = self.ask_sentinels(current, sentinels, master_name)?;
                 let pool = self.reuse(current, self.nodes.at(&host, port))?;
                 // A lower count is kept for the replica sync to confirm (see `count_replicas`).
-                pool.count_replicas(replicas);
+                if let Some(replicas) = replicas {
+                    pool.count_replicas(replicas);
+                }
                 vec![pool]
             }
             Discovery::Cluster { seeds } => return self.discover_cluster(current, seeds),
@@ -506,6 +532,16 @@ impl Topology {
             .filter_map(|p| split_addr(p.addr()).map(|(h, port)| self.nodes.at(h, port)))
             .collect();
         candidates.extend(seeds.iter().cloned());
+        // A master gone silent last: it may be stopped (each ask would cost a response
+        // timeout), and the others know when its replica is promoted.
+        let silent = |info: &ConnectionInfo| {
+            let addr = info.addr().to_string();
+            current
+                .masters
+                .iter()
+                .any(|pool| pool.addr() == addr && pool.is_silent())
+        };
+        candidates.sort_by_key(silent); // stable: the order is kept otherwise
         let mut tried = Vec::new();
         for candidate in candidates {
             let asked = candidate.addr().to_string();
@@ -604,6 +640,9 @@ impl Topology {
             });
         }
         for pool in &masters {
+            if pool.is_silent() {
+                continue; // asking it would time out; its count stays as it was
+            }
             // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
             // the master itself lists every replica it has, synced or syncing.
             let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
@@ -617,27 +656,47 @@ impl Topology {
     }
 
     /// The master's address and replica count from the first sentinel that knows it and
-    /// whose answer the master confirms (its `INFO replication` says master).
+    /// whose answer the master confirms (its `INFO replication` says master). A sentinel that
+    /// names the current master while it is silent (see [`Pool::is_silent`]) is passed over,
+    /// its answer kept (with no count: `None`) in case no sentinel names another: asking the
+    /// master would only time out, one response timeout per sentinel, while a stopped master
+    /// is being replaced.
     fn ask_sentinels(
         &self,
+        current: &Map,
         sentinels: &[ConnectionInfo],
         master_name: &str,
-    ) -> Result<(String, u16, usize)> {
+    ) -> Result<(String, u16, Option<usize>)> {
+        let silent = |host: &str, port: u16| {
+            let addr = self.nodes.at(host, port).addr().to_string();
+            current
+                .masters
+                .iter()
+                .any(|pool| pool.addr() == addr && pool.is_silent())
+        };
         let mut tried = Vec::new();
+        let mut unconfirmed = None;
         for sentinel in sentinels {
             let asked = self
                 .master_named_by(sentinel, master_name)
                 .and_then(|(host, port)| {
+                    if silent(&host, port) {
+                        return Ok((host, port, None));
+                    }
                     let replicas = self.check_master(&host, port)?;
-                    Ok((host, port, replicas))
+                    Ok((host, port, Some(replicas)))
                 });
             match asked {
+                Ok((host, port, None)) => unconfirmed = Some((host, port, None)),
                 Ok(found) => return Ok(found),
                 Err(err) => {
                     log::debug!("sentinel {}: {err}", sentinel.addr());
                     tried.push((sentinel.addr().to_string(), err));
                 }
             }
+        }
+        if let Some(found) = unconfirmed {
+            return Ok(found);
         }
         if tried.is_empty() {
             return Err(Error::invalid("sentinel URLs", "none"));

@@ -44,6 +44,10 @@ pub(crate) struct Pool {
     /// The server answered `WAIT` as an unknown command (a managed service, a proxy): replica
     /// sync does not wait there (`LockManagerBuilder::replica_sync`).
     no_wait: AtomicBool,
+    /// A command here timed out, and no reply has come since: the server may be stopped
+    /// (SIGSTOP, a stalled VM) and, where masters can be replaced, being replaced. Routing
+    /// then asks the deployment again, and discovery asks this node last (`crate::topology`).
+    silent: AtomicBool,
 }
 
 struct PoolState {
@@ -142,6 +146,7 @@ impl Pool {
             hello_refused: AtomicBool::new(false),
             split_by_slot: AtomicBool::new(false),
             no_wait: AtomicBool::new(false),
+            silent: AtomicBool::new(false),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -197,6 +202,24 @@ impl Pool {
         self.replicas_counted
             .lock()
             .is_none_or(|counted| counted.elapsed() > age)
+    }
+
+    /// A command on this server timed out (see the field `silent`).
+    pub(crate) fn went_silent(&self) {
+        self.silent.store(true, Ordering::Relaxed);
+    }
+
+    /// The server answered a command.
+    pub(crate) fn answered(&self) {
+        // Read first: the common case writes nothing to a line that every thread reads.
+        if self.silent.load(Ordering::Relaxed) {
+            self.silent.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the last command that ended here timed out, with no reply since.
+    pub(crate) fn is_silent(&self) -> bool {
+        self.silent.load(Ordering::Relaxed)
     }
 
     /// Whether the server knows `WAIT` (as far as anyone asked).

@@ -238,6 +238,12 @@ impl RedisCluster {
         panic!("the replica {replica} was never promoted by CLUSTER FAILOVER");
     }
 
+    /// Whether the node at `port` says it is a master (asked of that node only: a stopped
+    /// node elsewhere costs nothing).
+    pub fn is_master(&self, port: u16) -> bool {
+        info(port, "replication").contains("role:master")
+    }
+
     /// SIGKILL of a node.
     pub fn kill(&self, port: u16) {
         if let Some(mut node) = self.nodes.lock().unwrap().remove(&port) {
