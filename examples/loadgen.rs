@@ -16,8 +16,7 @@
 //!
 //! W6 runs this binary again as child processes (`--w6-child`, see [`w6_child`]).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;

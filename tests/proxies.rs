@@ -3,7 +3,7 @@
 //! a script call whose keys span slots (CROSSSLOT), managed services that answer "non local
 //! key" under load or know no `WAIT`.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
