@@ -16,7 +16,7 @@ pub(crate) struct Scale {
     pub(crate) semaphore_cycles: usize,
 }
 
-pub(crate) const FULL: Scale = Scale {
+const FULL: Scale = Scale {
     w1_cycles: 5_000,
     w2_duration: Duration::from_secs(3),
     w3_handoffs: 300,
@@ -28,7 +28,7 @@ pub(crate) const FULL: Scale = Scale {
     semaphore_cycles: 5_000,
 };
 
-pub(crate) const QUICK: Scale = Scale {
+const QUICK: Scale = Scale {
     w1_cycles: 300,
     w2_duration: Duration::from_millis(400),
     w3_handoffs: 20,

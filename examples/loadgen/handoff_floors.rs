@@ -14,7 +14,7 @@ use crate::w3::settle_w3;
 
 /// The acquire script (`redis_rlock::lua::ACQUIRE`, loaded as `acquire`) for `owner` on lock
 /// `key`, with a 30 s lease, as the raw handoffs' waiters send it.
-pub(crate) fn raw_acquire_call(
+fn raw_acquire_call(
     acquire: &redis::Script,
     key: &str,
     owner: &str,
@@ -153,7 +153,7 @@ pub(crate) fn raw_pubsub_handoff(url: &str, n: usize, sender: RawSender) -> Vec<
 /// waiter (`go`) to wait, let it settle as long as every W3 waiter, release, and time from the
 /// release being sent (as in [`w3_handoff`]) to the instant the waiter reports on `done`.
 /// Dropping `go` at the end tells the waiter to finish.
-pub(crate) fn time_raw_handoffs(
+fn time_raw_handoffs(
     url: &str,
     key: &str,
     n: usize,
@@ -280,7 +280,7 @@ pub(crate) fn raw_own_subscription_handoff(
 /// documented algorithm: if the caller still owns the lock, empty the signal list, push one
 /// token onto it (so that exactly one `BLPOP` waiter wakes), let the list expire, and delete
 /// the lock. KEYS: the lock, the signal list; ARGV: the owner's token, the list's expiry in ms.
-pub(crate) const BLPOP_RELEASE: &str = r#"
+const BLPOP_RELEASE: &str = r#"
 if redis.call("get", KEYS[1]) ~= ARGV[1] then
     return 0
 end

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Counts live heap bytes, so the memory figures are measured, not estimated.
-pub(crate) struct CountingAllocator;
+struct CountingAllocator;
 
 pub(crate) static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 

@@ -74,7 +74,7 @@ pub(crate) fn semaphore_cycles(url: &str, scale: &Scale) -> Vec<Row> {
 
 /// The semaphore floor: this crate's own semaphore scripts, sent raw with EVALSHA on one
 /// connection, with no pool and no handle.
-pub(crate) struct RawSemaphore {
+struct RawSemaphore {
     conn: redis::Connection,
     acquire: redis::Script,
     release: redis::Script,
@@ -206,7 +206,7 @@ pub(crate) fn permit_semaphore_cycles(url: &str, scale: &Scale) -> Vec<Row> {
 
 /// The permit semaphore floor: this crate's own acquire and release scripts, sent raw with
 /// EVALSHA on one connection, with ids from a counter and no handle.
-pub(crate) struct RawPermits {
+struct RawPermits {
     conn: redis::Connection,
     acquire: redis::Script,
     release: redis::Script,

@@ -14,7 +14,7 @@ use crate::measure::{percentiles, violation, Percentiles};
 use crate::table::{micros, row, Row};
 
 /// What one contended run measured.
-pub(crate) struct Contended {
+struct Contended {
     cycles: u64,
     elapsed: Duration,
     requests: u64,
@@ -32,7 +32,7 @@ impl Contended {
 
 /// Runs `threads` threads for `duration`, each repeating `cycle` (which returns its acquire
 /// wait and how many requests it sent), and checks the counter the cycles incremented.
-pub(crate) fn contend(
+fn contend(
     url: &str,
     threads: usize,
     duration: Duration,

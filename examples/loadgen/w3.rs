@@ -15,14 +15,14 @@ use crate::measure::percentiles;
 use crate::table::{micros, row, Row};
 
 /// W3 alternates between its handoffs this many times.
-pub(crate) const W3_ROUNDS: usize = 10;
+const W3_ROUNDS: usize = 10;
 
 /// How long every W3 waiter has been asleep when the release is sent, in every handoff.
 /// A wake-up costs more the longer the thread (and, on a virtual machine, its vCPU) was idle:
 /// on the 2-vCPU machine of BENCHMARKS.md the raw pub/sub handoff took 91 µs after 2 ms and
 /// 152 µs after 14 ms, as much again as the whole handoff. Handoffs compared with one another
 /// must therefore start from the same idle time.
-pub(crate) const W3_IDLE: Duration = Duration::from_millis(10);
+const W3_IDLE: Duration = Duration::from_millis(10);
 
 /// Waits until `ready` (polled every 100 µs, up to 10 s), then sleeps [`W3_IDLE`]; `false`
 /// if it never became ready. `support::eventually` polls in 10 ms steps, which would leave
@@ -272,7 +272,7 @@ pub(crate) fn w3_in_process(url: &str, scale: &Scale) -> Vec<Row> {
 
 /// One handoff between two threads through a channel, the receiver blocked for [`W3_IDLE`]:
 /// from the send returning to the receive returning (zero when the receiver ran first).
-pub(crate) fn channel_handoff() -> Duration {
+fn channel_handoff() -> Duration {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
     let receiver = thread::spawn(move || {

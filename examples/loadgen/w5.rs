@@ -12,7 +12,7 @@ use crate::measure::{percentiles, violation, LIVE_BYTES};
 use crate::table::{micros, row, Row};
 
 /// How long W5 counts the waiters' looks while nothing is released: several back-off caps.
-pub(crate) const W5_LOOK_WINDOW: Duration = Duration::from_secs(12);
+const W5_LOOK_WINDOW: Duration = Duration::from_secs(12);
 
 /// W5: many threads each blocked on its own lock, then all released at once.
 pub(crate) fn w5_waiter_scale(url: &str, scale: &Scale) -> Vec<Row> {

@@ -19,17 +19,17 @@ use crate::table::{human, row, Row};
 pub(crate) const W6_CHILD: &str = "--w6-child";
 /// How a W6 child learns the server's URL: not an argument, because it may carry a password
 /// and every user can read a process's arguments.
-pub(crate) const W6_URL: &str = "LOADGEN_W6_URL";
+const W6_URL: &str = "LOADGEN_W6_URL";
 /// W6's parties (managers in this process, or processes) and threads in each.
-pub(crate) const W6_PARTIES: usize = 3;
-pub(crate) const W6_THREADS: usize = 4;
+const W6_PARTIES: usize = 3;
+const W6_THREADS: usize = 4;
 /// W6's critical section, besides its exclusion checks. A sleep, not a busy loop: on 2 cores,
 /// 12 spinning threads would starve redis-server and the listeners, and W6 would measure the
 /// scheduler instead of the lock.
-pub(crate) const W6_CRITICAL_SECTION: Duration = Duration::from_micros(200);
+const W6_CRITICAL_SECTION: Duration = Duration::from_micros(200);
 
 /// What the threads of one manager did in a W6 run.
-pub(crate) struct Share {
+struct Share {
     critical_sections: u64,
     /// Commands the manager sent meanwhile (the lock's own: the critical section's checks go
     /// through their own connections).
@@ -41,7 +41,7 @@ pub(crate) struct Share {
 /// exclusion in Redis, which threads of every process see: an "inside" key that must be
 /// absent on entry, and a counter incremented non-atomically (GET, then SET after the work),
 /// which an overlap would make lose an update.
-pub(crate) fn w6_worker(manager: &LockManager, url: &str, keys: &str, stop: &AtomicBool) -> Share {
+fn w6_worker(manager: &LockManager, url: &str, keys: &str, stop: &AtomicBool) -> Share {
     let mut conn = support::nodelay_conn(url);
     let (lock, inside, counter) = (
         format!("{keys}:lock"),
@@ -73,7 +73,7 @@ pub(crate) fn w6_worker(manager: &LockManager, url: &str, keys: &str, stop: &Ato
 
 /// Runs [`W6_THREADS`] threads per manager on one lock from a common start until
 /// `wait_for_stop` returns; one [`Share`] per manager.
-pub(crate) fn w6_run(
+fn w6_run(
     managers: &[LockManager],
     url: &str,
     keys: &str,
@@ -159,7 +159,7 @@ pub(crate) fn w6_child() -> ExitCode {
 
 /// W6 across processes: [`W6_PARTIES`] copies of this binary in [`W6_CHILD`] mode. `None`
 /// (and a violation) when a child fails.
-pub(crate) fn w6_processes(url: &str, keys: &str, duration: Duration) -> Option<Vec<Share>> {
+fn w6_processes(url: &str, keys: &str, duration: Duration) -> Option<Vec<Share>> {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut conn = support::nodelay_conn(url);

@@ -13,23 +13,23 @@ use crate::measure::{percentiles, violation};
 use crate::table::{human, row, Row};
 
 /// W6s's threads in each manager.
-pub(crate) const W6S_THREADS: usize = 8;
+const W6S_THREADS: usize = 8;
 /// W6s's critical section: long enough that a poller seldom finds the lock free by chance
 /// between a release and the holder's next acquire (with W6's 200 µs it often does).
-pub(crate) const W6S_CRITICAL_SECTION: Duration = Duration::from_millis(5);
+const W6S_CRITICAL_SECTION: Duration = Duration::from_millis(5);
 /// What a Redisson poller does outside the lock between its acquisitions: without it, a
 /// client that takes the lock again at once after its own unlock keeps every poller out.
-pub(crate) const W6S_JAVA_PAUSE: Duration = Duration::from_millis(10);
+const W6S_JAVA_PAUSE: Duration = Duration::from_millis(10);
 
 /// What one W6s thread did.
 #[derive(Default)]
-pub(crate) struct SpinTurns {
+struct SpinTurns {
     critical_sections: u64,
     waits: Vec<Duration>,
 }
 
 /// One W6s critical section, with W6's exclusion checks in Redis.
-pub(crate) fn w6s_critical_section(conn: &mut redis::Connection, keys: &str) {
+fn w6s_critical_section(conn: &mut redis::Connection, keys: &str) {
     let (inside, counter) = (format!("{keys}:inside"), format!("{keys}:counter"));
     let entered: bool = conn.set_nx(&inside, 1).expect("SET NX");
     if !entered {
@@ -42,12 +42,7 @@ pub(crate) fn w6s_critical_section(conn: &mut redis::Connection, keys: &str) {
 }
 
 /// One W6s thread of a manager: spin lock → critical section → unlock until `stop`.
-pub(crate) fn w6s_worker(
-    manager: &LockManager,
-    url: &str,
-    keys: &str,
-    stop: &AtomicBool,
-) -> SpinTurns {
+fn w6s_worker(manager: &LockManager, url: &str, keys: &str, stop: &AtomicBool) -> SpinTurns {
     let mut conn = support::nodelay_conn(url);
     let spin = manager.get_spin_lock(&format!("{keys}:lock"));
     let mut turns = SpinTurns::default();
@@ -64,7 +59,7 @@ pub(crate) fn w6s_worker(
 
 /// A Redisson client's `RSpinLock` loop, as raw scripts with Redisson's back-off, pausing
 /// [`W6S_JAVA_PAUSE`] outside the lock between its acquisitions.
-pub(crate) fn w6s_java(url: &str, keys: &str, stop: &AtomicBool) -> SpinTurns {
+fn w6s_java(url: &str, keys: &str, stop: &AtomicBool) -> SpinTurns {
     let mut conn = support::nodelay_conn(url);
     let mut java = support::redisson_spin::JavaSpinLock::new(support::nodelay_conn(url), 1);
     let lock = format!("{keys}:lock");
@@ -151,7 +146,7 @@ pub(crate) fn w6s_spin_fairness(url: &str, scale: &Scale) -> Vec<Row> {
 }
 
 /// The rows of one W6s run, after checking its counter.
-pub(crate) fn w6s_rows(
+fn w6s_rows(
     conn: &mut redis::Connection,
     keys: &str,
     java: bool,
