@@ -6,11 +6,10 @@
 //! cargo bench --bench uncontended
 //! ```
 //!
-//! It starts its own redis-server (tests/support). After the group it prints the lock's
+//! It starts its own redis-server (the test fixtures, testkit/). After the group it prints the lock's
 //! median cycle time as a ratio to the raw floor's (the target is ≤ 1.15).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::path::PathBuf;
 

@@ -10,8 +10,7 @@
 //! the lock and writes too, but the resource refuses its write, because A's token is lower
 //! than one it has already accepted. Uses `REDIS_URL`, or starts a throwaway `redis-server`.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+mod local_redis;
 
 use std::sync::Mutex;
 
@@ -38,7 +37,7 @@ impl FencedStore {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = support::url_from_env_or_start();
+    let (url, _server) = local_redis::url_from_env_or_start();
     let (client_a, client_b) = (LockManager::new(&url)?, LockManager::new(&url)?);
     let store = FencedStore {
         state: Mutex::new((0, String::new())),

@@ -7,15 +7,14 @@
 //! Uses `REDIS_URL` (default `redis://127.0.0.1:6379/`), or starts a throwaway `redis-server`
 //! when nothing answers there.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+mod local_redis;
 
 use std::time::Duration;
 
 use redis_rlock::LockManager;
 
 fn main() -> redis_rlock::Result<()> {
-    let (url, _server) = support::url_from_env_or_start();
+    let (url, _server) = local_redis::url_from_env_or_start();
     let manager = LockManager::builder(&url)
         .watchdog_timeout(Duration::from_secs(30))
         .pool_size(4)

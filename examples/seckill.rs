@@ -11,8 +11,7 @@
 //! Uses `REDIS_URL` (default `redis://127.0.0.1:6379/`); when nothing answers there it starts
 //! a throwaway `redis-server` and says so. It only touches keys under `seckill:`.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+mod local_redis;
 
 use std::process::{Command, ExitCode, Stdio};
 use std::thread;
@@ -37,7 +36,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let (url, _server) = support::url_from_env_or_start();
+    let (url, _server) = local_redis::url_from_env_or_start();
     let mut conn = redis::Client::open(url.as_str())
         .and_then(|c| c.get_connection())
         .expect("connect to Redis");

@@ -2,7 +2,7 @@
 //! pub/sub listener sees its subscriptions refused, logs it, and leaves its waiters to retry
 //! by the holder's TTL instead of waiting for a wake-up that cannot come.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

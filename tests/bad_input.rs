@@ -1,7 +1,7 @@
 //! Bad input gets a clear error, never a panic, a hang or a silent success, and nothing
 //! already held is lost because of a bad call.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

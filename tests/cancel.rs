@@ -4,7 +4,7 @@
 //! grant or handoff afterwards; no permit taken. A token cancelled before the call sends
 //! nothing.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::thread;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! Run with `cargo test --features cli --test cli`. Every test starts its own redis-server.
 #![cfg(feature = "cli")]
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::io::Read;
 use std::path::Path;

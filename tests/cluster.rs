@@ -5,7 +5,7 @@
 //! One cluster per test: the tests that break it (failover, kill, reshard) must not disturb
 //! the others, and a cluster starts in a few seconds.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! whose names on the failed master's slots work once its replica is promoted; and a build
 //! that fails says which node or sentinel refused.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! an open latch, a Redisson-style client (raw commands, as docs/design/README.md describes its
 //! latch) and this crate wake each other, bad input and foreign keys are refused, a restart.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};

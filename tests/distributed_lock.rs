@@ -4,7 +4,7 @@
 //! for each kind; the read and write halves' own answers; `MultiLock` and `RedLock`'s lease
 //! shorthands; `MultiLockGuard::lost_signal`; the latch's `wait` and `wait_timeout`.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc};

@@ -2,7 +2,7 @@
 //! keys an unlock leaves behind, a release whose announcement is refused, the general
 //! `acquire(options)`, and a Redisson-style waiter against a busy local line.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};

@@ -4,7 +4,7 @@
 //! within its own wait limit, and acquires once the new master answers. (A waiter on a single
 //! server still reports the outage after one connect timeout: tests/faults.rs.)
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

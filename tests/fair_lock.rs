@@ -3,7 +3,7 @@
 //! does, with plain commands, what Redisson's fair lock scripts do (docs/design/wire-format.md,
 //! "Fair lock (RFairLock)").
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::thread;

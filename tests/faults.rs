@@ -1,7 +1,7 @@
 //! Faults injected on purpose, each test naming the invariant it checks. Real redis-server
 //! processes on loopback; every wait bounded.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::thread;

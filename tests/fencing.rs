@@ -1,7 +1,7 @@
 //! Fencing tokens: a counter per lock name (Redisson's `redisson_lock_token:{name}`) that every
 //! fenced acquisition increments, so tokens strictly increase across clients and processes.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::Mutex;
 use std::thread;

@@ -5,7 +5,7 @@
 //!
 //! One test in this binary on purpose: it forks, and the child has only the forking thread.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! go to the promoted replica as soon as it serves the slots, while the old master stays
 //! stopped.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! before. The wire side of the protocol is checked with raw script calls, the client side
 //! with managers.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::thread;

@@ -2,7 +2,7 @@
 //! SIGSTOP, the eviction-policy check at build, and the start-up check's error during
 //! `CLIENT PAUSE WRITE`.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::Duration;
 

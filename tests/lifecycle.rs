@@ -4,7 +4,7 @@
 //! One test in this binary on purpose: it counts the process's threads, which other tests
 //! running in parallel would disturb.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! trip. These tests check the request count, the handoff, and that a turn holder that does
 //! not come back never stalls the line.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::{mpsc, Barrier};
 use std::thread;

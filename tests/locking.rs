@@ -1,7 +1,7 @@
 //! Lock semantics against a real redis-server: the wire layout, reentrancy, ownership,
 //! leases, the watchdog, release and inspection.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::thread;

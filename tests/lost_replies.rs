@@ -1,7 +1,7 @@
 //! Replies lost and connections cut by a TCP proxy between the client and Redis
-//! (tests/support/proxy.rs). Each test names the invariant it checks.
+//! (testkit/src/proxy.rs). Each test names the invariant it checks.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The lost-lock signal: every guard knows, without I/O, whether its lease as last confirmed
 //! by Redis still holds, and can be told the moment the lock is found lost.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

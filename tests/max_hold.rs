@@ -1,7 +1,7 @@
 //! `AcquireOptions::max_hold`: the watchdog renews a hold for at most that long, so a holder
 //! stuck with the lock keeps it no longer; the guard reports the hold lost when it ends.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

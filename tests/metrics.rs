@@ -4,7 +4,7 @@
 //! Run with `cargo test --features metrics --test metrics`.
 #![cfg(feature = "metrics")]
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::collections::BTreeMap;
 

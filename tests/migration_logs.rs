@@ -3,7 +3,7 @@
 //! an error, so nothing is logged at ERROR. (A subscription Redis really refuses still is:
 //! tests/acl_revoked.rs.) A test binary of its own: the logger is the process's.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::Mutex;
 use std::time::Duration;

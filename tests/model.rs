@@ -12,7 +12,7 @@
 //! (64 by default, of up to 30 steps: about 3 s); a failure is shrunk to a short sequence and
 //! printed one step a line.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

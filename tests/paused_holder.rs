@@ -3,7 +3,7 @@
 //!
 //! The child is this test binary run again with only the ignored test `child_role`.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::io::{BufReader, Write};
 use std::process::Stdio;

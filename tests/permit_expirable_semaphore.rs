@@ -3,7 +3,7 @@
 //! extend each other's permits, a leased permit comes back by itself, waiters are woken by
 //! releases and by expiries, bad input and foreign keys are refused, and a real cluster.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::thread;

@@ -4,7 +4,7 @@
 //! The children are this test binary run again with only the ignored test `child_role`, which
 //! reads what to do from environment variables.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::io::BufReader;
 use std::process::Child;

@@ -1,9 +1,9 @@
 //! Proxies and managed services in front of Redis (issue 22), played by the fault proxy of
-//! tests/support/proxy.rs: endpoints that refuse `HELLO` (RESP3), cluster proxies that refuse
+//! testkit/src/proxy.rs: endpoints that refuse `HELLO` (RESP3), cluster proxies that refuse
 //! a script call whose keys span slots (CROSSSLOT), managed services that answer "non local
 //! key" under load or know no `WAIT`.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! plain commands what Redisson's read and write lock scripts do (docs/design/README.md,
 //! "Read-write lock").
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! The pub/sub listener survives a dropped connection, and waiters survive a server restart.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! wire behaviour, as docs/design/wire-format.md ("On the wire") describes it, with plain Redis commands,
 //! the way a Java service's `RLock` would act on the same server.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

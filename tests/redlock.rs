@@ -1,7 +1,7 @@
 //! MultiLock (all or nothing over several locks) and RedLock (a quorum of independent
 //! masters), against real servers started by each test.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

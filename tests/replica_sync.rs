@@ -2,7 +2,7 @@
 //! real replica: acquires wait for it, and an acquire no replica acknowledged is rolled back
 //! and reported, leaving nothing behind. On Sentinel, a replica in its full sync counts too.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! back, bad input and foreign keys are refused, a Redisson-style client (raw commands, as
 //! docs/design/wire-format.md describes its semaphore) and this crate wake each other, and a restart.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};

@@ -2,7 +2,7 @@
 //! redis-server): the master found through the sentinels, followed through a failover with
 //! holds renewed on the new master, waiters woken there, and replica acknowledgement.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

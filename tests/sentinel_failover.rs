@@ -5,7 +5,7 @@
 //! afterwards every thread keeps getting the lock (no hold the failover brought back starves
 //! anyone), and the lock is free once they stop.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -4,7 +4,7 @@
 //! of another format, which a thread holding the other half's kinds may not take (nor the
 //! reverse); semaphores and latches are strings, refused by the locks and refusing them.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! returns `Error::Shutdown` at once, of every kind, leaving nothing behind; later acquires
 //! fail so without I/O; guards and permits taken before keep working until dropped.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::thread;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! deletes the key itself) looks again with a bounded back-off, and gets the lock within a few
 //! seconds of the release rather than at the holder's TTL.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //!
 //! `REDIS_RLOCK_SOAK_SECS` sets the length (default 8 s; keep it ≤ 60 in CI).
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::Command;

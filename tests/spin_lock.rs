@@ -2,7 +2,7 @@
 //! release publishes nothing and waiters poll with Redisson's back-off (1 ms doubling to
 //! 128 ms). The Java side is Redisson's own spin-lock scripts, run raw.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Barrier};

@@ -8,7 +8,7 @@
 //! its master was stopped starts so, in a deployment with one replica), and the replica comes
 //! only afterwards, as the old master does when the sentinels make it a replica.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

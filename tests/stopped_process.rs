@@ -6,7 +6,7 @@
 //!
 //! These tests stop their own process: they take turns, and nothing else runs in this binary.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! trusted through `LockManagerBuilder::tls_root_certificate`.
 #![cfg(feature = "tls")]
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

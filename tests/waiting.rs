@@ -1,7 +1,7 @@
 //! Waiting: pub/sub wake-ups, bounded waits, mutual exclusion between threads, and one
 //! subscriber connection shared by every waiter of a manager.
 
-mod support;
+use redis_rlock_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};

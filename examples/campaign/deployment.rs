@@ -1,4 +1,4 @@
-//! The topologies a campaign runs, each made of tests/support's launchers, and what the
+//! The topologies a campaign runs, each made of testkit's launchers, and what the
 //! driver asks of them: the URL workers lock through and the masters to look at afterwards.
 
 use std::fmt;

@@ -15,8 +15,7 @@
 //! 0 otherwise. Every server is its own, on loopback
 //! (or on the veth pair it makes); partitions need root, and are reported "not run" without.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 mod checker;
 mod clock;

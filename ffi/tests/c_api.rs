@@ -6,8 +6,7 @@
 //! Needs a C compiler and hiredis' headers (Debian: `gcc`, `libhiredis-dev`), which
 //! `scripts/ensure-deps` installs; the C examples use hiredis for their own GET/SET.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -11,8 +11,7 @@
 //! are skipped, with a notice, when `pkg-config`, `make` or `cmake` is missing;
 //! `scripts/ensure-deps` installs them.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

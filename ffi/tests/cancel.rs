@@ -3,8 +3,7 @@
 //! thread is blocked on the manager (it must wake that thread, wait for it, and only then
 //! free). Called from Rust through the crate's rlib, against a throwaway redis-server.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;

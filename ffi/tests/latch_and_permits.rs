@@ -1,8 +1,7 @@
 //! The C API of count-down latches and permit-expirable semaphores, called from Rust through
 //! the extern functions as a C program calls them, against a throwaway redis-server.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;

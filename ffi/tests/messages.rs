@@ -2,8 +2,7 @@
 //! and `redis_rlock_last_error` (examples/c/any_deployment.c does so): nothing is said twice.
 //! Called from Rust through the crate's rlib, against a throwaway redis-server.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redis_rlock_testkit as support;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;

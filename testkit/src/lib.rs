@@ -1,14 +1,15 @@
-//! Test support: throwaway `redis-server` processes on free loopback ports, and child
-//! processes of the test binary for multi-process tests.
+//! The test fixtures of redis-rlock: throwaway `redis-server` processes on free loopback
+//! ports, and child processes of the test binary for multi-process tests.
 //!
 //! Every test starts the servers it needs and they are killed when dropped; nothing depends on
-//! a server someone else started. Benches and examples reuse this file through `#[path]`.
+//! a server someone else started. The tests (those of `ffi/` too), the benchmark, the load
+//! generator and the fault campaign use this crate (`publish = false`, a dev-dependency by
+//! path only); the user-facing examples do not.
 //!
 //! The server is `redis-server` from `$PATH` unless `REDIS_RLOCK_SERVER` names another binary
 //! (Valkey's `valkey-server`, an older Redis), and clusters are made with `redis-cli` unless
 //! `REDIS_RLOCK_CLI` names another: `.ci/run` runs the tests that touch the server on each
 //! server of its matrix that way (README, "Servers").
-#![allow(dead_code)] // each test binary uses a different part of it
 
 pub mod cluster;
 pub mod proxy;
