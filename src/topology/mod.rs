@@ -567,7 +567,7 @@ impl Topology {
 
     /// How many replicas the master behind `pool` lists, in any state (`None` when it could
     /// not be asked, or is no master).
-    fn replicas_by_role(&self, pool: &Pool) -> Option<usize> {
+    fn listed_replicas(&self, pool: &Pool) -> Option<usize> {
         let mut conn = pool
             .get_by(Instant::now() + self.nodes.response_timeout)
             .ok()?;
@@ -646,7 +646,7 @@ impl Topology {
             // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
             // the master itself lists every replica it has, synced or syncing.
             let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
-            pool.count_replicas(self.replicas_by_role(pool).unwrap_or(listed));
+            pool.count_replicas(self.listed_replicas(pool).unwrap_or(listed));
         }
         Ok(Map {
             generation,
