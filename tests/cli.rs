@@ -1217,3 +1217,40 @@ fn a_kill_9_of_run_takes_its_command_with_it() {
         "the killed run's command went on beside the next run:\n{marks}"
     );
 }
+
+/// `run` says on stderr when the lock's renewals start failing (the server frozen), before the
+/// lease runs out, and when they answer again (the server thawed); the command goes on.
+#[test]
+fn run_tells_when_renewals_fail_and_when_they_answer_again() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Renewed every 3 s: a sweep to the frozen server times out (3 s) with about 5 s of the
+    // 9 s lease left. The command ends when told, or after 30 s.
+    let script = r#"touch "$1/started"; i=0
+        while [ ! -e "$1/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done; exit 5"#;
+    let mut cmd = redis_rlock(&server, &["run", "cli-health", "--watchdog", "9s"]);
+    cmd.args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    await_file(&dir.path().join("started"));
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+
+    server.freeze();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    server.thaw();
+    assert!(
+        line.contains("renewals of lock \"cli-health\" are failing"),
+        "{line}"
+    );
+    line.clear();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains("answer again"), "{line}");
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = wait_limited(&mut child.0, LIMIT);
+    assert_eq!(status.code(), Some(5), "the command's own status");
+    assert!(!exists(&server, "cli-health"), "released after the command");
+}

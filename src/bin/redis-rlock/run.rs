@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis_rlock::{AcquireOptions, CancelToken, DistributedLock, Lease, LockGuard, LockManager};
+use redis_rlock::{
+    AcquireOptions, CancelToken, DistributedLock, Health, HealthChange, Lease, LockGuard,
+    LockManager,
+};
 use rustix::process::{
     getpid, getppid, kill_process, set_parent_process_death_signal, Pid, Signal,
 };
@@ -69,6 +72,7 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
         .watchdog_timeout(settings.watchdog)
         .build()
         .map_err(fail)?;
+    let health = manager.health_changes();
     let lock = settings.kind.handle(&manager, &settings.name);
     // One cheap look first, so that a bad name, an unreachable Redis or a key that is not a
     // lock is reported as such before any waiting (and before the status line).
@@ -93,7 +97,7 @@ pub fn run(url: &str, settings: RunSettings) -> Result<u8, Failure> {
         Some(guard) => guard,
         None => return Ok(gave_up(&settings, url)),
     };
-    run_holding(guard, &settings, &signals, url)
+    run_holding(guard, &settings, &signals, &health, url)
 }
 
 /// What the acquire thread answers.
@@ -195,6 +199,7 @@ fn run_holding(
     guard: LockGuard,
     settings: &RunSettings,
     signals: &Receiver<Origin>,
+    health: &Receiver<HealthChange>,
     url: &str,
 ) -> Result<u8, Failure> {
     let (program, args) = settings
@@ -222,7 +227,7 @@ fn run_holding(
             ));
         }
     };
-    let watched = watch(child, settings, signals, &lost);
+    let watched = watch(child, settings, signals, &lost, health);
     // The child is reaped: release now, also after a failure to wait for it.
     let released = guard.unlock();
     let (status, lost_noticed) = watched?;
@@ -282,6 +287,7 @@ fn watch(
     settings: &RunSettings,
     signals: &Receiver<Origin>,
     lost: &Receiver<()>,
+    health: &Receiver<HealthChange>,
 ) -> Result<(ExitStatus, bool), Failure> {
     // The child is only ever signalled before it is reaped (try_wait below), so its pid
     // cannot have been reused by another process.
@@ -318,8 +324,29 @@ fn watch(
                 // Disconnected: the hold ended, which only releasing it here does.
                 Err(_) => lost_signal = None,
             },
+            recv(health) -> change => {
+                if let Ok(change) = change {
+                    tell_health(&settings.name, &change);
+                }
+            }
             default(timeout) => {}
         }
+    }
+}
+
+/// Says on stderr when the lock's renewals start failing, before its lease runs out (the
+/// command still holds the lock, and may want to know), and when they answer again. A lost
+/// lock is told by the lost signal, with what `--on-lost` does.
+fn tell_health(name: &str, change: &HealthChange) {
+    match (change.from, change.to) {
+        (Health::Healthy, Health::Suspended { .. }) => note!(
+            "the renewals of lock {name:?} are failing (Redis does not answer them); \
+             the lock is lost if this lasts until its lease runs out"
+        ),
+        (Health::Suspended { .. }, Health::Healthy) => {
+            note!("the renewals of lock {name:?} answer again")
+        }
+        _ => {}
     }
 }
 
