@@ -76,8 +76,8 @@ class Sentinel:
     def __init__(self):
         self.master = Server()
         self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
-        wait_for("the replica's link", lambda: "master_link_status:up"
-                 in self.replica.client().execute_command("INFO", "replication"))
+        wait_for("the replica's link", lambda: self.replica.client().info("replication")
+                 .get("master_link_status") == "up")
         self.port = free_port()
         self.workdir = tempfile.mkdtemp(prefix="redis-rlock-py-sentinel-")
         conf = os.path.join(self.workdir, "sentinel.conf")
@@ -116,8 +116,8 @@ class Cluster:
                         "--cluster-replicas", "1", "--cluster-yes"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for node in self.nodes:
-            wait_for("the cluster to form", lambda n=node: "cluster_state:ok"
-                     in n.client().execute_command("CLUSTER", "INFO"))
+            wait_for("the cluster to form", lambda n=node: n.client().cluster("info")
+                     .get("cluster_state") == "ok")
         for node in self.nodes:
             wait_for("the replicas' links", lambda n=node: self._replica_ok(n))
 
@@ -129,8 +129,8 @@ class Cluster:
 
     @staticmethod
     def _replica_ok(node):
-        info = node.client().execute_command("INFO", "replication")
-        return "role:master" in info or "master_link_status:up" in info
+        info = node.client().info("replication")
+        return info.get("role") == "master" or info.get("master_link_status") == "up"
 
     @property
     def urls(self):
