@@ -342,3 +342,23 @@ def run_in_thread(fn):
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+def test_the_stubs_match_the_module():
+    import ast
+    import os
+
+    stub = os.path.join(os.path.dirname(redis_rlock.__file__), "_native.pyi")
+    tree = ast.parse(open(stub).read())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    native = redis_rlock._native
+    public = {n for n in dir(native) if not n.startswith("_") and isinstance(getattr(native, n), type)}
+    assert set(classes) == public
+    for cls_name, node in classes.items():
+        cls = getattr(native, cls_name)
+        stubbed = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+        actual = {n for n in dir(cls) if not n.startswith("_")}
+        assert {n for n in stubbed if not n.startswith("_")} == actual, cls_name
+        assert cls.__doc__, cls_name
+        for method in actual:
+            assert getattr(cls, method).__doc__, f"{cls_name}.{method}"
