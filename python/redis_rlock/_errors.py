@@ -62,6 +62,12 @@ class Shutdown(LockError):
     """The manager was shut down; the wait left nothing behind."""
 
 
+# Shown (and pickled) as redis_rlock.<name>, where users import them from.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, LockError):
+        _cls.__module__ = "redis_rlock"
+del _cls
+
 __all__ = [
     "LockError",
     "InvalidArgument",

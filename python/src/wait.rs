@@ -36,9 +36,14 @@ pub fn blocking<T: Send>(
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let token = CancelToken::new();
         let _link = cancel.map(|c| c.link(&token));
-        let watcher = SignalWatcher::start(py, &token)?;
+        // Without a watcher (set_wakeup_fd refused, no thread to spare) the call still works;
+        // only a signal waits for its end.
+        let watcher = SignalWatcher::start(py, &token).ok();
         let result = py.detach(|| call(left, &token));
-        let signalled = watcher.stop(py)?;
+        let signalled = match watcher {
+            Some(watcher) => watcher.stop(py)?,
+            None => false,
+        };
         // The handlers run now, on this thread: Ctrl-C raises KeyboardInterrupt here (and a
         // guard acquired meanwhile is dropped, which releases it).
         py.check_signals()?;
