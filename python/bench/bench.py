@@ -10,12 +10,14 @@ W2: 4 threads, one lock, each critical section GETs and SETs a counter in Redis:
 W3: handoff: from the holder's release() returned to the waiter's acquire() returned.
 
     pip install ./python python-redis-lock redis    # a release build of redis_rlock
-    python python/bench/bench.py [--quick]
+    cargo build --release -p redis-rlock-python --example rust_w1
+    python python/bench/bench.py [--quick] [--rust-w1 target/release/examples/rust_w1]
 """
 
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -155,6 +157,10 @@ def w3(impl, client, rounds):
     return [a - r for a, r in zip(acquired, released)]
 
 
+#: W1's interleaved rounds.
+ROUNDS = 10
+
+
 def pct(samples, q):
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -163,26 +169,41 @@ def pct(samples, q):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer cycles (a smoke run)")
+    parser.add_argument("--rust-w1", metavar="PATH",
+                        help="the rust_w1 example (cargo build --release -p redis-rlock-python "
+                             "--example rust_w1): the crate's own W1 on the same server")
     args = parser.parse_args()
     cycles, seconds, rounds = (300, 1.0, 10) if args.quick else (3000, 3.0, 50)
     server = Server()
     client = server.client()
     impls = [Ours, RedisPyLock] + ([PythonRedisLock] if redis_lock else [])
+    # W1 in interleaved rounds (Rust, then each Python lock), so that the load of a shared
+    # machine falls on all of them alike.
+    opened = [cls(server.url, client) for cls in impls]
+    w1_samples = {impl.label: [] for impl in opened}
+    rust_p50s = []
     rows = []
     try:
-        for cls in impls:
-            impl = cls(server.url, client)
-            try:
-                w1(impl, client, cycles // 10)  # warm-up
-                s1 = w1(impl, client, cycles)
-                rate = w2(impl, client, seconds)
-                s3 = w3(impl, client, rounds)
-            finally:
-                impl.close()
-            rows.append((cls.label, statistics.median(s1), pct(s1, 0.99), rate,
+        for impl in opened:
+            w1(impl, client, cycles // 10)  # warm-up
+        for _ in range(ROUNDS):
+            if args.rust_w1:
+                out = subprocess.run([args.rust_w1, server.url, str(cycles // ROUNDS)],
+                                     check=True, capture_output=True, text=True).stdout.split()
+                rust_p50s.append(float(out[0]))
+            for impl in opened:
+                w1_samples[impl.label] += w1(impl, client, cycles // ROUNDS)
+        for impl in opened:
+            s1 = w1_samples[impl.label]
+            rate = w2(impl, client, seconds)
+            s3 = w3(impl, client, rounds)
+            rows.append((impl.label, statistics.median(s1), pct(s1, 0.99), rate,
                          statistics.median(s3), pct(s3, 0.99)))
     finally:
+        for impl in opened:
+            impl.close()
         server.stop()
+    rust = statistics.median(rust_p50s) if rust_p50s else None
     print(f"W1 {cycles} cycles, W2 4 threads for "
           f"{seconds} s, W3 {rounds} handoffs")
     print("| lock | W1 p50 | W1 p99 | W2 cycles/s | W3 handoff p50 | W3 p99 |")
@@ -190,6 +211,9 @@ def main():
     for label, p50, p99, rate, h50, h99 in rows:
         print(f"| {label} | {p50 * 1e6:.1f} µs | {p99 * 1e6:.1f} µs | {rate:.0f} | "
               f"{h50 * 1e6:.1f} µs | {h99 * 1e6:.1f} µs |")
+    if rust:
+        print(f"| redis-rlock (Rust) | {rust:.1f} µs (median of the rounds' p50s) | | | | |")
+        print(f"W1 p50 of redis_rlock over the Rust crate's: {rows[0][1] * 1e6 / rust:.2f}")
     if not redis_lock:
         print("(python-redis-lock is not installed: pip install python-redis-lock)")
 

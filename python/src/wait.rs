@@ -24,13 +24,12 @@ pub fn blocking<T: Send>(
     call: impl Fn(Option<Duration>, &CancelToken) -> Result<Option<T>> + Sync,
 ) -> PyResult<Option<T>> {
     let deadline = wait.map(|w| Instant::now() + w);
-    if !on_main_thread(py)? {
+    // A single attempt has nothing for a signal to interrupt.
+    if wait == Some(Duration::ZERO) || !on_main_thread(py)? {
         return attempt(py, wait, cancel, &call);
     }
-    if wait != Some(Duration::ZERO) {
-        if let Some(done) = attempt(py, Some(Duration::ZERO), cancel, &call)? {
-            return Ok(Some(done));
-        }
+    if let Some(done) = attempt(py, Some(Duration::ZERO), cancel, &call)? {
+        return Ok(Some(done));
     }
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
