@@ -362,3 +362,23 @@ def test_the_stubs_match_the_module():
         assert cls.__doc__, cls_name
         for method in actual:
             assert getattr(cls, method).__doc__, f"{cls_name}.{method}"
+
+
+def test_a_guard_dropped_unreleased_is_released(manager, name, raw):
+    guard = manager.lock(name)
+    assert raw.exists(name) == 1
+    del guard  # the last reference: released at once (CPython's reference counting)
+    assert raw.exists(name) == 0
+
+
+def test_cancel_on_the_main_thread(manager, url, name, raw):
+    # On the main thread a wait runs with a signal watcher; the user's token still ends it.
+    token = redis_rlock.CancelToken()
+    with manager.lock(name):
+        with LockManager(url) as other:
+            timer = threading.Timer(0.2, token.cancel)
+            timer.start()
+            with pytest.raises(redis_rlock.Cancelled):
+                other.get_lock(name).acquire(cancel=token)
+            timer.join()
+    assert raw.exists(name) == 0
