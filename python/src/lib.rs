@@ -5,6 +5,8 @@
 //! ended by Ctrl-C (`signals.rs`). The owner of a hold is the OS thread that calls, which is
 //! the Python thread: pyo3 runs a call on the thread that made it.
 
+#![deny(missing_docs)]
+
 mod cancel;
 mod duration;
 mod errors;
