@@ -1,0 +1,77 @@
+//! How every call that can wait runs: without the GIL, cancellable by the user's token and,
+//! on the main thread, by Ctrl-C.
+
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use redis_rlock::{CancelToken, Result};
+
+use crate::cancel::PyCancelToken;
+use crate::errors;
+use crate::signals::{on_main_thread, SignalWatcher};
+
+/// Runs `call` with the GIL released until it returns, its `wait` (`None`: no limit) passes,
+/// `cancel` is cancelled (`Cancelled`) or, on the main thread, a signal handler raises
+/// (`KeyboardInterrupt`; the wait is cancelled first, so it leaves nothing in Redis).
+///
+/// `call` gets the wait left and the call's token, and returns `None` when that wait passed.
+/// On the main thread a first attempt is made without waiting, so that an uncontended call
+/// costs no watcher thread.
+pub fn blocking<T: Send>(
+    py: Python<'_>,
+    wait: Option<Duration>,
+    cancel: Option<&PyCancelToken>,
+    call: impl Fn(Option<Duration>, &CancelToken) -> Result<Option<T>> + Sync,
+) -> PyResult<Option<T>> {
+    let deadline = wait.map(|w| Instant::now() + w);
+    // A single attempt has nothing for a signal to interrupt.
+    if wait == Some(Duration::ZERO) || !on_main_thread(py)? {
+        return attempt(py, wait, cancel, &call);
+    }
+    if let Some(done) = attempt(py, Some(Duration::ZERO), cancel, &call)? {
+        return Ok(Some(done));
+    }
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let token = CancelToken::new();
+        let _link = cancel.map(|c| c.link(&token));
+        // Without a watcher (set_wakeup_fd refused, no thread to spare) the call still works;
+        // only a signal waits for its end.
+        let watcher = SignalWatcher::start(py, &token).ok();
+        let result = py.detach(|| call(left, &token));
+        let signalled = match watcher {
+            Some(watcher) => watcher.stop(py)?,
+            None => false,
+        };
+        // The handlers run now, on this thread: Ctrl-C raises KeyboardInterrupt here (and a
+        // guard acquired meanwhile is dropped, which releases it).
+        py.check_signals()?;
+        match result {
+            Err(err)
+                if err.is_cancelled() && signalled && !cancel.is_some_and(|c| c.is_cancelled()) =>
+            {
+                // A handler that did not raise: wait again, for what is left.
+                continue;
+            }
+            other => return other.map_err(|e| errors::to_py(py, e)),
+        }
+    }
+}
+
+/// One call with the GIL released, cancellable by `cancel` only.
+fn attempt<T: Send>(
+    py: Python<'_>,
+    wait: Option<Duration>,
+    cancel: Option<&PyCancelToken>,
+    call: &(impl Fn(Option<Duration>, &CancelToken) -> Result<Option<T>> + Sync),
+) -> PyResult<Option<T>> {
+    let token = CancelToken::new();
+    let _link = cancel.map(|c| c.link(&token));
+    py.detach(|| call(wait, &token))
+        .map_err(|e| errors::to_py(py, e))
+}
+
+/// A call that does not wait (a round trip or two), with the GIL released.
+pub fn quick<T: Send>(py: Python<'_>, call: impl FnOnce() -> Result<T> + Send) -> PyResult<T> {
+    py.detach(call).map_err(|e| errors::to_py(py, e))
+}
