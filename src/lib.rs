@@ -166,12 +166,12 @@ mod topology;
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.
 pub mod lua {
     pub use crate::kinds::fair_lock::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE};
+    pub use crate::kinds::lock::scripts::{
+        ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
+    };
     pub use crate::kinds::read_write_lock::{
         READ_ACQUIRE, READ_RELEASE, READ_RENEW, RW_FORCE_UNLOCK, RW_INSPECT, WRITE_ACQUIRE,
         WRITE_RELEASE,
-    };
-    pub use crate::store::scripts::{
-        ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, INSPECT, RELEASE, RENEW, STOP_WAITING,
     };
     // Semaphores and count-down latches keep their scripts next to them.
     pub use crate::kinds::count_down_latch::{

@@ -9,7 +9,7 @@ use super::attempter::Attempter;
 use super::contend::Contention;
 use super::plan::{AcquireFacts, AcquirePlan, Deployment, Path};
 use super::{Engine, Held, NO_TTL_POLL, OUTAGE_RETRY};
-use crate::engine::kind::LockKind;
+use crate::engine::kind::{grants, hands_over, LockKind};
 use crate::engine::line::{Entry, Join, Probed, Ticket, Wait, Yield};
 use crate::engine::options::Request;
 use crate::error::Result;
@@ -45,16 +45,16 @@ impl Engine {
         let thread = current_thread_number();
         let started = Instant::now();
         let plan = AcquirePlan::new(&AcquireFacts {
-            uses_line: kind.uses_line(),
+            takes_turns: kind.takes_turns().is_some(),
             spins: kind.spins(),
-            kind_grants: kind.grants(),
+            grants: grants(kind).is_some(),
             one_attempt: request.one_attempt,
             fenced: request.fenced,
             // By any kind that counts in the same owner field: a spin lock taken by the
             // holder of the plain lock of its name is a re-entry, not a fresh hold.
             holding: self.holds.count(kind, keys, thread) > 0,
             // Only grants read the deployment: not asked on the other acquires' hot path.
-            deployment: if kind.grants() && !request.fenced {
+            deployment: if grants(kind).is_some() && !request.fenced {
                 self.deployment(&keys.name)
             } else {
                 Deployment {
@@ -227,7 +227,11 @@ impl Engine {
             }
             // A queued thread holds nothing of this lock but what the handoff gave it.
             Entry::Unconfirmed { sent } => {
-                match self.store.hold_count(attempter.keys, &attempter.owner) {
+                // Only a kind that hands over is handed the lock (and so left unsure of it).
+                let count = hands_over(attempter.kind).map_or(Ok(0), |kind| {
+                    kind.hold_count(&self.store, attempter.keys, &attempter.owner)
+                });
+                match count {
                     Ok(0) => Ok(Entered::Contend(None)),
                     Ok(_) => {
                         attempter.given(sent);

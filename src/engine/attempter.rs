@@ -3,18 +3,17 @@
 //! token, how long Redis has not answered).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::Engine;
 use crate::attempt_id::AttemptId;
 use crate::clock::BootInstant;
-use crate::engine::kind::{AttemptArgs, LockKind};
+use crate::engine::kind::{grants, AttemptArgs, LockKind};
 use crate::engine::options::Request;
 use crate::engine::outage::Outage;
 use crate::error::Result;
 use crate::names::LockKeys;
 use crate::owner::owner_field;
-use crate::store::{Attempt, Listeners, Waiting};
+use crate::store::Attempt;
 
 /// The last attempt's facts: its id, when it was first sent (its lease counts from then) and
 /// its token.
@@ -71,14 +70,17 @@ impl<'a> Attempter<'a> {
             wait_ms: self.request.wait_ms,
             attempt_id: self.id.current(),
             fresh: self.fresh,
-            waiting: self.waiting.as_ref().map(|(number, control)| Waiting {
-                number: *number,
-                left_ms: self.request.deadline.map(|deadline| {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-                }),
-                control: control.clone(),
-            }),
+        }
+    }
+
+    /// One attempt by the kind, registered for grants when the wait is.
+    fn send_attempt(&self) -> Result<Attempt> {
+        let (store, args) = (self.engine.store(), self.args());
+        match (grants(self.kind), self.registration()) {
+            (Some(grants), Some(waiting)) => {
+                grants.attempt_registered(store, self.keys, &args, &waiting)
+            }
+            _ => self.kind.attempt(store, self.keys, &args),
         }
     }
 
@@ -88,9 +90,7 @@ impl<'a> Attempter<'a> {
             // A repeated attempt's hold, if the first send took it, counts from that send.
             self.sent = BootInstant::now();
         }
-        let outcome = self
-            .kind
-            .attempt(self.engine.store(), self.keys, &self.args());
+        let outcome = self.send_attempt();
         self.id.ended(&outcome);
         let outcome = match outcome {
             Err(err) if err.is_not_replicated() => {
@@ -122,8 +122,6 @@ impl<'a> Attempter<'a> {
             self.keys,
             &self.owner,
             self.request.lease_ms,
-            Listeners::default(),
-            None,
         ) {
             Ok(_) => {
                 log::warn!("lock {name:?}: no replica acknowledged the acquire; rolled it back")

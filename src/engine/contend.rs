@@ -219,7 +219,7 @@ impl Engine {
         attempter: &mut Attempter<'_>,
     ) -> bool {
         let (keys, request): (&Arc<LockKeys>, _) = (attempter.keys, attempter.request);
-        let parked = attempter.kind.uses_line().then(|| {
+        let parked = attempter.kind.takes_turns().is_some().then(|| {
             let nudge = subscription.nudger();
             self.line.park(
                 keys,

@@ -1,16 +1,29 @@
 //! Grants: a waiter registers in the lock's waiters hash (through its attempts), so that a
 //! release by another client writes the hold in its name and publishes its wait number: the
 //! waiter takes the lock without a request of its own, a round trip sooner than after an
-//! unlock message (loadgen's W3 across managers; BENCHMARKS.md). Only a plain lock's waiters
-//! register, and only where a release can count who listens and no replica must acknowledge
-//! an acquire ([`AcquirePlan::registers_for_grants`](super::plan::AcquirePlan)).
+//! unlock message (loadgen's W3 across managers; BENCHMARKS.md). Everything grant-specific
+//! in the engine is here: registering, taking a grant and leaving the waiters, all through
+//! the ability [`Grants`] (which only the plain lock has; declared with the other abilities in
+//! `kind.rs`, which may not depend on this file). The listener's side is
+//! `crate::pubsub::grants`.
+//!
+//! Grants are on where a release can count who listens on the lock's channel and no replica
+//! must acknowledge an acquire ([`AcquirePlan::registers_for_grants`](super::plan::AcquirePlan)):
+//! a single server or a Sentinel master without replicas or with `replica_sync(false)`, and a
+//! cluster with sharded pub/sub and `replica_sync(false)`. With the defaults (replica sync on)
+//! that is **a single server, or a master, without replicas**. They are off on a cluster
+//! without sharded pub/sub (a plain PUBLISH reaches every node, so none can count all the
+//! listeners), for the other kinds, and for fenced acquires (which need their own token).
 //! docs/design/engine.md, "Grants", has the protocol.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::attempter::Attempter;
 use super::Engine;
 use crate::clock::BootInstant;
+#[cfg(doc)]
+use crate::engine::kind::Grants;
+use crate::engine::kind::Waiting;
 use crate::error::Result;
 use crate::pubsub::subscriber::Subscription;
 
@@ -74,15 +87,22 @@ impl Engine {
         let Some((number, _)) = attempter.waiting else {
             return outcome;
         };
+        let Some(grants) = crate::engine::kind::grants(attempter.kind) else {
+            return outcome;
+        };
         if matches!(outcome, Ok(true)) {
             return outcome;
         }
         let sent = BootInstant::now();
         let request = attempter.request;
-        match self
-            .store
-            .stop_waiting(attempter.keys, &attempter.owner, number, request.lease_ms)
-        {
+        let keys = attempter.keys;
+        match grants.stop_waiting(
+            &self.store,
+            keys,
+            &attempter.owner,
+            number,
+            request.lease_ms,
+        ) {
             Ok(true) => {
                 attempter.given(sent);
                 Ok(true)
@@ -100,6 +120,21 @@ impl Engine {
                 outcome
             }
         }
+    }
+}
+
+impl Attempter<'_> {
+    /// The wait's registration for grants, if it registered.
+    pub(super) fn registration(&self) -> Option<Waiting> {
+        let (number, control) = self.waiting.as_ref()?;
+        Some(Waiting {
+            number: *number,
+            left_ms: self.request.deadline.map(|deadline| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+            }),
+            control: control.clone(),
+        })
     }
 }
 

@@ -562,7 +562,7 @@ fn boot_to_instant(deadline: BootInstant) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::kind::REENTRANT;
+    use crate::kinds::lock::REENTRANT;
 
     #[test]
     fn a_sweep_answer_is_not_applied_to_a_newer_hold_of_the_same_thread() {

@@ -1,11 +1,13 @@
-//! Lock kinds: what the acquire engine ([`crate::engine`]) needs to know about one kind of
-//! lock (its scripts, keys and channel), and the reentrant lock, Redisson's `RLock`.
+//! Lock kinds as the acquire engine ([`crate::engine`]) knows them: what every kind does
+//! ([`LockKind`]: its attempt, release, channel and renewal), the abilities only some have
+//! ([`TakesTurns`], [`HandsOver`], [`Grants`]), and the families whose
+//! holds count together. The kinds themselves are in `crate::kinds`.
 
 use std::time::Duration;
 
 use crate::error::Result;
 use crate::names::LockKeys;
-use crate::store::{Attempt, Listeners, LockStore, Release, Waiting};
+use crate::store::{Attempt, LockStore, Release};
 
 /// Which kind a [`LockKind`] is: tells kinds apart in the hold registry and the watchdog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,23 +68,12 @@ impl Family {
     }
 }
 
-/// One kind of lock, as the engine needs to know it.
+/// One kind of lock, as the engine needs to know it: what every kind does. What only some do
+/// is an ability reached through [`takes_turns`](Self::takes_turns): [`TakesTurns`] (the
+/// lock and the spin lock), and below it [`HandsOver`] and [`Grants`] (only the lock), as
+/// lock_api splits `RawMutex` from `RawMutexFair`.
 pub(crate) trait LockKind: Sync {
     fn id(&self) -> KindId;
-
-    /// Whether threads of one manager take turns for it in the local line and hand it over in
-    /// the release ([`crate::engine::line`]). Kinds with their own order in Redis (a fair lock's
-    /// queue) or with shared holds (read locks) do not.
-    fn uses_line(&self) -> bool {
-        true
-    }
-
-    /// Whether a waiter may register so that a release of another client grants it the lock
-    /// (docs/design/engine.md, "Grants"): an attempt with `AttemptArgs::waiting` registers, and
-    /// [`LockStore::stop_waiting`] ends the registration.
-    fn grants(&self) -> bool {
-        false
-    }
 
     /// Whether its releases are silent (Redisson's spin lock): then a waiter subscribes to
     /// nothing and looks again after Redisson's spin back-off (`crate::backoff::SpinBackoff`)
@@ -108,18 +99,13 @@ pub(crate) trait LockKind: Sync {
     }
 
     /// Releases one hold of `owner` (holds that remain get `lease_ms`), announcing a final
-    /// release on [`channel`](Self::channel) (or granting the lock to a registered waiter,
-    /// for kinds with [`grants`](Self::grants)); then, unless more than `listeners.ignored`
-    /// of its subscribers heard it (this manager's own listener, or all while yields are
-    /// suspended), acquires for `next` (owner field and lease).
+    /// release on [`channel`](Self::channel) (or, for a spin lock, nowhere).
     fn release(
         &self,
         store: &LockStore,
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        listeners: Listeners,
-        next: Option<(&str, u64)>,
     ) -> Result<Release>;
 
     /// Where `owner`, waiting, hears that it may try again (for most kinds one channel per
@@ -136,6 +122,111 @@ pub(crate) trait LockKind: Sync {
         timeout_ms: u64,
         budget: Duration,
     ) -> Vec<Option<bool>>;
+
+    /// The kind's threads take turns in the local line, if it has that ability.
+    fn takes_turns(&self) -> Option<&dyn TakesTurns> {
+        None
+    }
+}
+
+/// The ability to take turns: threads of one manager wait for the kind in the local line
+/// ([`crate::engine::line`]), only the turn holder contends in Redis (and parks between its
+/// attempts), and a last release passes the turn on. The lock and the spin lock have it (a
+/// spin lock's line carries the gaps of `crate::engine::runs` instead of yields); kinds with
+/// their own order in Redis (a fair lock's queue) or with shared holds (read locks) do not.
+pub(crate) trait TakesTurns: LockKind {
+    /// The kind's release script passes the lock on, if it has that ability.
+    fn hands_over(&self) -> Option<&dyn HandsOver> {
+        None
+    }
+}
+
+/// The ability of a release script to pass the lock on in the same call: to the next local
+/// thread (the in-script handoff), to remote waiters who heard the unlock (a yield), or to a
+/// registered waiter of another client ([`Grants`], where the kind has it). Only the lock has
+/// it: a spin lock's release announces nothing, so it can neither yield nor grant, and its
+/// script cannot acquire for anyone.
+pub(crate) trait HandsOver: TakesTurns {
+    /// [`LockKind::release`], which on the last hold, unless more than `listeners.ignored`
+    /// of the channel's subscribers heard it (this manager's own listener, or all while
+    /// yields are suspended), acquires for `next` (owner field and lease); or grants the lock
+    /// to a registered waiter, for kinds with [`Grants`].
+    fn release_handing_over(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        listeners: Listeners,
+        next: Option<(&str, u64)>,
+    ) -> Result<Release>;
+
+    /// How many holds `owner` has on the server: read when a handoff's reply was lost.
+    fn hold_count(&self, store: &LockStore, keys: &LockKeys, owner: &str) -> Result<u32>;
+
+    /// The kind's releases grant the lock to registered waiters, if it has that ability.
+    fn grants(&self) -> Option<&dyn Grants> {
+        None
+    }
+}
+
+/// The [`HandsOver`] ability of `kind`, if it has it.
+pub(crate) fn hands_over(kind: &dyn LockKind) -> Option<&dyn HandsOver> {
+    kind.takes_turns()?.hands_over()
+}
+
+/// The [`Grants`] ability of `kind`, if it has it.
+pub(crate) fn grants(kind: &dyn LockKind) -> Option<&dyn Grants> {
+    hands_over(kind)?.grants()
+}
+
+/// The ability to grant: a release of the last hold writes the lock in the name of the first
+/// registered waiter of another client and publishes its wait number. Only the lock has it.
+/// Declared here with the other abilities; the engine's side (registering, taking a grant,
+/// leaving) and the deployments where grants are on are in `grants.rs`.
+pub(crate) trait Grants: HandsOver {
+    /// [`LockKind::attempt`] that, finding the lock
+    /// held, registers the caller as `waiting` (or refreshes its registration).
+    fn attempt_registered(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        args: &AttemptArgs<'_>,
+        waiting: &Waiting,
+    ) -> Result<Attempt>;
+
+    /// Takes `owner`'s registration with `number` out of the lock's waiters: `true` when a
+    /// release had granted it the lock meanwhile, which it then holds with a lease of
+    /// `lease_ms` from now.
+    fn stop_waiting(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        number: u64,
+        lease_ms: u64,
+    ) -> Result<bool>;
+}
+
+/// A waiter's registration for [`Grants`], as an acquire attempt sends it.
+pub(crate) struct Waiting {
+    /// The wait's number, published when a release grants it the lock.
+    pub(crate) number: u64,
+    /// How long the waiter still waits at most, in ms (`None`: without limit).
+    pub(crate) left_ms: Option<u64>,
+    /// The control channel of the manager's listener on the lock's server, by which a
+    /// release tells that the waiter's manager still listens.
+    pub(crate) control: String,
+}
+
+/// Which of a lock channel's subscribers a release counts as nobody waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Listeners {
+    /// How many subscribers to disregard before the lock is left free for the others
+    /// (this client's own listener, or all of them while yields are suspended).
+    pub(crate) ignored: u64,
+    /// Whether this client's own listener is subscribed (never a waiter to grant to).
+    pub(crate) own: bool,
 }
 
 /// What one attempt asks for.
@@ -151,72 +242,9 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) wait_ms: Option<u64>,
     /// The attempt's id, the same in every send of one attempt (see `AttemptId`).
     pub(crate) attempt_id: &'a str,
-    /// Whether the owner holds nothing of the lock as far as this manager knows: then, for
-    /// kinds with [`LockKind::grants`], a hold granted to it by a release is taken, not
-    /// counted again (docs/design/engine.md, "Grants").
+    /// Whether the owner holds nothing of the lock as far as this manager knows: then the
+    /// hold taken is the owner's only one (a count found on the server is one it no longer
+    /// has), and a hold granted to it by a release (see [`Grants`]) is taken, not counted
+    /// again.
     pub(crate) fresh: bool,
-    /// The caller's registration as a waiter, for kinds with [`LockKind::grants`].
-    pub(crate) waiting: Option<Waiting>,
-}
-
-/// The reentrant lock's kind, shared by every `Lock`.
-pub(crate) static REENTRANT: Reentrant = Reentrant;
-
-/// Redisson's reentrant lock (`RLock`): a hash of owner fields and hold counts.
-pub(crate) struct Reentrant;
-
-impl LockKind for Reentrant {
-    fn id(&self) -> KindId {
-        KindId::Lock
-    }
-
-    fn grants(&self) -> bool {
-        true
-    }
-
-    fn attempt(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        args: &AttemptArgs<'_>,
-    ) -> Result<Attempt> {
-        if args.fenced {
-            store.try_acquire_fenced(keys, args.lease_ms, args.owner, args.attempt_id, args.fresh)
-        } else {
-            store.try_acquire(
-                keys,
-                args.lease_ms,
-                args.owner,
-                args.attempt_id,
-                args.fresh,
-                args.waiting.as_ref(),
-            )
-        }
-    }
-
-    fn release(
-        &self,
-        store: &LockStore,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        listeners: Listeners,
-        next: Option<(&str, u64)>,
-    ) -> Result<Release> {
-        store.release(keys, lease_ms, owner, listeners, next)
-    }
-
-    fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
-        keys.channel()
-    }
-
-    fn renew(
-        &self,
-        store: &LockStore,
-        batch: &[(&str, &str)],
-        timeout_ms: u64,
-        budget: Duration,
-    ) -> Vec<Option<bool>> {
-        store.renew(batch, timeout_ms, budget)
-    }
 }

@@ -48,6 +48,7 @@ use crate::pubsub::subscriber::Subscriber;
 use crate::stats::Stats;
 use crate::stop::Stop;
 use crate::store::eviction::EvictionPolicy;
+use crate::store::scripts::Script;
 use crate::store::LockStore;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
@@ -102,9 +103,15 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn start(endpoints: &Endpoints, config: Config) -> Result<Self> {
+    /// Connects and starts the manager's threads; `preload` are the scripts loaded on every
+    /// master at once (see [`LockStore::connect`]).
+    pub(crate) fn start(
+        endpoints: &Endpoints,
+        config: Config,
+        preload: &[&'static Script],
+    ) -> Result<Self> {
         let client_id = uuid::Uuid::new_v4().to_string();
-        let store = Arc::new(LockStore::connect(endpoints, &config)?);
+        let store = Arc::new(LockStore::connect(endpoints, &config, preload)?);
         // Without channel rights every unlock would go unheard: refuse now, not at the first
         // release (docs/design/threads.md, "Starting a manager").
         crate::store::acl::check_channel_rights(&store, &client_id, config.response_timeout)?;

@@ -7,7 +7,7 @@
 //! deployment (docs/design/engine.md has the same table in prose).
 
 use crate::engine::holds::HoldsLeft;
-use crate::store::Listeners;
+use crate::engine::kind::Listeners;
 
 /// What the deployment allows, as the store knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +24,12 @@ pub(crate) struct Deployment {
 /// The facts an acquire is planned from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireFacts {
-    /// The kind takes turns in the local line (`LockKind::uses_line`).
-    pub(crate) uses_line: bool,
+    /// The kind takes turns in the local line (`TakesTurns`).
+    pub(crate) takes_turns: bool,
     /// The kind's releases are silent (`LockKind::spins`).
     pub(crate) spins: bool,
-    /// The kind's releases may grant the lock to a registered waiter (`LockKind::grants`).
-    pub(crate) kind_grants: bool,
+    /// The kind's releases may grant the lock to a registered waiter (`Grants`).
+    pub(crate) grants: bool,
     /// Exactly one attempt, no waiting.
     pub(crate) one_attempt: bool,
     /// A fenced acquire: only the thread's own attempt returns its token.
@@ -79,14 +79,14 @@ pub(crate) struct AcquirePlan {
 
 impl AcquirePlan {
     pub(crate) fn new(facts: &AcquireFacts) -> Self {
-        let path = match (facts.uses_line, facts.one_attempt) {
+        let path = match (facts.takes_turns, facts.one_attempt) {
             (false, _) => Path::Alone,
             (true, true) => Path::OneAttempt,
             (true, false) => Path::Line,
         };
         AcquirePlan {
             path,
-            reentrant: facts.uses_line && facts.holding,
+            reentrant: facts.takes_turns && facts.holding,
             fresh: !facts.holding,
             listen: if facts.spins {
                 Listen::Spin
@@ -95,7 +95,7 @@ impl AcquirePlan {
             },
             // A fenced acquire needs its own token, and with replica sync only the acquiring
             // thread's attempt waits for the replicas: no grants for either.
-            registers_for_grants: facts.kind_grants
+            registers_for_grants: facts.grants
                 && !facts.fenced
                 && facts.deployment.grants_possible
                 && !facts.deployment.waits_for_replicas,
@@ -106,10 +106,10 @@ impl AcquirePlan {
 /// The facts a release is planned from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseFacts {
-    /// The kind takes turns in the local line.
-    pub(crate) uses_line: bool,
-    /// The kind's releases are silent and its script takes no successor (a spin lock).
-    pub(crate) spins: bool,
+    /// The kind's release script passes the lock on (`HandsOver`): to a local successor, to
+    /// remote waiters who heard (a yield), or by a grant. A spin lock's cannot (it takes turns,
+    /// but its script is Redisson's, silent, and acquires for nobody).
+    pub(crate) hands_over: bool,
     /// The released hold was renewed by the watchdog (no fixed lease).
     pub(crate) renewed: bool,
     /// The released hold's lease.
@@ -161,17 +161,17 @@ pub(crate) fn plan_release(facts: &ReleaseFacts) -> ReleasePlan {
     // acquiring thread's own attempt does (a release's WAIT failing cannot fail it).
     // A spin lock's release is Redisson's script, which cannot acquire for anyone.
     let acquire_for_successor =
-        facts.successor_may_acquire == Some(true) && !facts.waits_for_replicas && !facts.spins;
+        facts.successor_may_acquire == Some(true) && !facts.waits_for_replicas && facts.hands_over;
     // Only a last release sends an unlock message for the listener to hear.
     let own = last && facts.listening;
     // Who may hear the unlock without the lock being left to them: this manager's own
     // listener, or everyone while yields keep finding the lock free (no real waiter).
-    let ignored = if facts.uses_line && facts.yields_suspended {
+    let ignored = if facts.hands_over && facts.yields_suspended {
         u64::from(u32::MAX)
     } else {
-        u64::from(facts.uses_line && own)
+        u64::from(facts.hands_over && own)
     };
-    let messages_expected = if last && facts.uses_line {
+    let messages_expected = if last && facts.hands_over {
         facts.heard_so_far + u64::from(ignored == 1)
     } else {
         0
@@ -212,9 +212,9 @@ mod tests {
     /// A plain lock's blocking acquire by a thread that holds nothing.
     fn lock(deployment: Deployment) -> AcquireFacts {
         AcquireFacts {
-            uses_line: true,
+            takes_turns: true,
             spins: false,
-            kind_grants: true,
+            grants: true,
             one_attempt: false,
             fenced: false,
             holding: false,
@@ -240,8 +240,8 @@ mod tests {
         };
         assert!(!registers(fenced), "a fenced acquire wants its own token");
         let fair = AcquireFacts {
-            uses_line: false,
-            kind_grants: false,
+            takes_turns: false,
+            grants: false,
             ..lock(SINGLE)
         };
         assert!(!registers(fair), "a kind without grants");
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(try_lock.path, Path::OneAttempt);
         // A read lock or a fair lock: shared holds or Redis' own queue, no line.
         let shared = AcquirePlan::new(&AcquireFacts {
-            uses_line: false,
+            takes_turns: false,
             holding: true,
             ..lock(SINGLE)
         });
@@ -276,7 +276,7 @@ mod tests {
         );
         let spin = AcquirePlan::new(&AcquireFacts {
             spins: true,
-            kind_grants: false,
+            grants: false,
             ..lock(SINGLE)
         });
         assert_eq!(
@@ -289,8 +289,7 @@ mod tests {
     /// acquired for, while this manager's listener is subscribed.
     fn last_release(waits_for_replicas: bool) -> ReleaseFacts {
         ReleaseFacts {
-            uses_line: true,
-            spins: false,
+            hands_over: true,
             renewed: true,
             lease_ms: 30_000,
             watchdog_ms: 30_000,
@@ -338,7 +337,7 @@ mod tests {
         assert!(!plan.acquire_for_successor, "nobody to acquire for");
         // A spin lock: the successor gets only the turn.
         let plan = plan_release(&ReleaseFacts {
-            spins: true,
+            hands_over: false,
             ..last_release(false)
         });
         assert!(!plan.acquire_for_successor, "Redisson's spin release");
@@ -401,7 +400,7 @@ mod tests {
     fn a_kind_without_the_line_disregards_nobody_and_never_yields() {
         // A fair lock, a read lock: their own listener is no reason to keep the lock.
         let plan = plan_release(&ReleaseFacts {
-            uses_line: false,
+            hands_over: false,
             successor_may_acquire: None,
             yields_suspended: true,
             ..last_release(false)

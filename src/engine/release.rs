@@ -10,6 +10,7 @@ use super::plan::{plan_release, ReleaseFacts, ReleasePlan};
 use super::{Engine, Held};
 use crate::clock::BootInstant;
 use crate::engine::holds::{HoldsLeft, Unregistered};
+use crate::engine::kind::hands_over;
 use crate::engine::line::{Handed, Successor, Yield};
 use crate::error::{Error, Result};
 use crate::names::LockKeys;
@@ -39,14 +40,14 @@ impl Engine {
         let owner = owner_field(&self.client_id, held.thread);
         let channel = kind.channel(keys, &owner);
         let last = left.total == 0;
-        let successor = kind
-            .uses_line()
+        let takes_turns = kind.takes_turns().is_some();
+        let hands_over = hands_over(kind);
+        let successor = takes_turns
             .then(|| self.line.successor(keys, held.thread, last))
             .flatten();
         // Asked only where the plan reads them: a release is on the hot path.
         let plan = plan_release(&ReleaseFacts {
-            uses_line: kind.uses_line(),
-            spins: kind.spins(),
+            hands_over: hands_over.is_some(),
             renewed: held.renewed,
             lease_ms: held.lease_ms,
             watchdog_ms: self.config.watchdog_timeout_ms,
@@ -54,8 +55,9 @@ impl Engine {
             successor_may_acquire: successor.as_ref().map(Successor::may_acquire),
             waits_for_replicas: successor.is_some() && self.store.waits_for_replicas(&keys.name),
             listening: last && self.subscriber.is_listening(&channel),
-            yields_suspended: kind.uses_line() && self.line.yields_suspended(),
-            heard_so_far: if last && kind.uses_line() {
+            // Only a release that hands over yields (a spin lock's announces nothing).
+            yields_suspended: hands_over.is_some() && self.line.yields_suspended(),
+            heard_so_far: if last && hands_over.is_some() {
                 self.subscriber.message_count(&channel)
             } else {
                 0
@@ -74,14 +76,17 @@ impl Engine {
             at: BootInstant::now(),
         };
         let next = next.as_ref().map(|(owner, lease)| (owner.as_str(), *lease));
-        let outcome = kind.release(
-            &self.store,
-            keys,
-            &owner,
-            plan.lease_ms,
-            plan.listeners,
-            next,
-        );
+        let outcome = match hands_over {
+            Some(kind) => kind.release_handing_over(
+                &self.store,
+                keys,
+                &owner,
+                plan.lease_ms,
+                plan.listeners,
+                next,
+            ),
+            None => kind.release(&self.store, keys, &owner, plan.lease_ms),
+        };
         self.record(&sent, &outcome);
         self.pass_on(&sent, successor, &outcome);
         match outcome? {
@@ -152,7 +157,7 @@ impl Engine {
             return;
         }
         let released = matches!(outcome, Ok(Release::Released));
-        if sent.held.kind.uses_line() {
+        if sent.held.kind.takes_turns().is_some() {
             if matches!(outcome, Ok(Release::LeftForOthers)) {
                 self.line
                     .yield_to_others(keys, thread, sent.plan.messages_expected);

@@ -13,7 +13,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::kind::{AttemptArgs, KindId, LockKind};
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ use crate::names::LockKeys;
 use crate::store::scripts::{
     attempt_script, holder_pttl, latched_script, not_a_lock_fn, replay_lock_reply, Script,
 };
-use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// The fair acquire attempt.
 ///
@@ -242,11 +242,6 @@ impl LockKind for Fair {
         KindId::FairLock
     }
 
-    fn uses_line(&self) -> bool {
-        // The queue in Redis decides the order, for local threads too.
-        false
-    }
-
     fn attempt(
         &self,
         store: &LockStore,
@@ -294,8 +289,6 @@ impl LockKind for Fair {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        _listeners: Listeners,
-        _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let reply = store.release_with_latch(keys, |conn, latch, previous| {
             let mut call = RELEASE_SCRIPT.prepare_invoke();
@@ -330,7 +323,7 @@ impl LockKind for Fair {
         budget: Duration,
     ) -> Vec<Option<bool>> {
         // The hold is the reentrant lock's hash and field: Redisson renews it the same way.
-        REENTRANT.renew(store, batch, timeout_ms, budget)
+        crate::kinds::lock::protocol::renew(store, batch, timeout_ms, budget)
     }
 }
 

@@ -13,7 +13,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::kind::{AttemptArgs, KindId, LockKind};
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -36,7 +36,7 @@ end
 "#
     };
 }
-use crate::store::{Attempt, Listeners, LockStore, Op, Release, UNLOCK_MESSAGE};
+use crate::store::{Attempt, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// What a write release publishes: Redisson's "read unlock" message, which wakes every
 /// waiter (readers may all get in at once).
@@ -313,11 +313,6 @@ impl LockKind for Read {
         KindId::ReadLock
     }
 
-    fn uses_line(&self) -> bool {
-        // Readers share: local readers must not queue behind one another.
-        false
-    }
-
     fn attempt(
         &self,
         store: &LockStore,
@@ -343,8 +338,6 @@ impl LockKind for Read {
         keys: &LockKeys,
         owner: &str,
         _lease_ms: u64,
-        _listeners: Listeners,
-        _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let reply = store.release_with_latch(keys, |conn, latch, previous| {
             let mut call = READ_RELEASE_SCRIPT.prepare_invoke();
@@ -405,12 +398,6 @@ impl LockKind for Write {
         KindId::WriteLock
     }
 
-    fn uses_line(&self) -> bool {
-        // Readers and writers of this manager share one channel and contend in Redis; a
-        // line would order writers only, behind readers that do not queue.
-        false
-    }
-
     fn attempt(
         &self,
         store: &LockStore,
@@ -436,8 +423,6 @@ impl LockKind for Write {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        _listeners: Listeners,
-        _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let writer = writer_field(owner);
         let reply = store.release_with_latch(keys, |conn, latch, previous| {
@@ -475,7 +460,7 @@ impl LockKind for Write {
             .zip(&writers)
             .map(|((name, _), writer)| (*name, writer.as_str()))
             .collect();
-        REENTRANT.renew(store, &batch, timeout_ms, budget)
+        crate::kinds::lock::protocol::renew(store, &batch, timeout_ms, budget)
     }
 }
 

@@ -13,14 +13,15 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::engine::kind::{AttemptArgs, KindId, LockKind, REENTRANT};
+use crate::engine::kind::{AttemptArgs, KindId, LockKind, TakesTurns};
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::kinds::lock::REENTRANT;
 use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
 use crate::store::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
-use crate::store::{Attempt, Listeners, LockStore, Op, Release};
+use crate::store::{Attempt, LockStore, Op, Release};
 
 /// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock
 /// key, `KEYS[2]` this call's latch, `KEYS[3..]` latches of this client's earlier releases of
@@ -83,11 +84,6 @@ impl LockKind for Spin {
         KindId::SpinLock
     }
 
-    // The line (the lock's default): threads of one manager take turns, and a release hands
-    // the turn to the next one, which then attempts in Redis (the script cannot acquire for
-    // it). A busy manager would then keep the lock from other processes' pollers, who hear
-    // nothing: the engine's runs end a long run with a gap for them (`crate::engine::runs`).
-
     fn spins(&self) -> bool {
         true
     }
@@ -109,8 +105,6 @@ impl LockKind for Spin {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        _listeners: Listeners,
-        _next: Option<(&str, u64)>,
     ) -> Result<Release> {
         let reply = store.release_with_latch(keys, |conn, latch, previous| {
             let mut call = RELEASE_SCRIPT.prepare_invoke();
@@ -136,9 +130,20 @@ impl LockKind for Spin {
         timeout_ms: u64,
         budget: Duration,
     ) -> Vec<Option<bool>> {
-        REENTRANT.renew(store, batch, timeout_ms, budget)
+        crate::kinds::lock::protocol::renew(store, batch, timeout_ms, budget)
+    }
+
+    fn takes_turns(&self) -> Option<&dyn TakesTurns> {
+        Some(self)
     }
 }
+
+/// Threads of one manager take turns, and a release hands the turn to the next one, which
+/// then attempts in Redis: the spin lock does not hand the lock over (its script cannot
+/// acquire for anyone, and announces nothing to yield or grant on). A busy manager would then
+/// keep the lock from other processes' pollers, who hear nothing: the engine's runs end a
+/// long run with a gap for them (`crate::engine::runs`).
+impl TakesTurns for Spin {}
 
 /// A handle on one spin lock: Redisson's `RSpinLock`. Cheap to create
 /// ([`LockManager::get_spin_lock`](crate::LockManager::get_spin_lock) does no I/O) and to clone.

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::health::{Health, HealthChange};
 use crate::kinds::count_down_latch::CountDownLatch;
 use crate::kinds::fair_lock::FairLock;
+use crate::kinds::lock::scripts::LOCK_SCRIPTS;
 use crate::kinds::lock::{Lock, LockGuard};
 use crate::kinds::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::kinds::read_write_lock::ReadWriteLock;
@@ -386,7 +387,7 @@ impl LockManagerBuilder {
     pub fn build(self) -> Result<LockManager> {
         let (endpoints, config) = self.settings()?;
         Ok(LockManager {
-            engine: Arc::new(Engine::start(&endpoints, config)?),
+            engine: Arc::new(Engine::start(&endpoints, config, &LOCK_SCRIPTS.all())?),
         })
     }
 }

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redis::{PushKind, RedisResult, ServerError, Value};
 
-use crate::names::ChannelKind;
 use crate::pubsub::registry::{Order, Shared, Wake};
 use crate::topology::pubsub_connection::{Heard, PubSubConnection};
 
@@ -634,8 +633,8 @@ impl<'a> Listener<'a> {
         let Some(waiters) = self.shared.waiters(channel) else {
             return;
         };
-        if let Some(number) = grant_number(channel, payload) {
-            if waiters.grant(number) {
+        if let Some(ours) = waiters.granted(channel, payload) {
+            if ours {
                 self.shared.store.counters.wakeup();
             }
             return;
@@ -674,15 +673,4 @@ impl<'a> Listener<'a> {
                 .send(channel, Order::Subscribe(channel.to_owned()));
         }
     }
-}
-
-/// The wait number that a release which granted a lock published on its unlock channel
-/// (docs/design/engine.md, "Grants"): a number of 2 or more, where Redisson's messages are `0` and
-/// `1` (and Redisson ignores other numbers).
-fn grant_number(channel: &str, payload: &[u8]) -> Option<u64> {
-    if ChannelKind::of(channel) != ChannelKind::Unlock {
-        return None;
-    }
-    let number: u64 = std::str::from_utf8(payload).ok()?.parse().ok()?;
-    (number >= 2).then_some(number)
 }

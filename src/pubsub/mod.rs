@@ -1,6 +1,8 @@
 //! Hearing releases: the waiters' subscriptions per channel ([`subscriber`]) and the listener
-//! threads, one per master, that hold the pub/sub connections ([`listener`]).
+//! threads, one per master, that hold the pub/sub connections ([`listener`]); what grants
+//! add to both is in `grants`.
 
+mod grants;
 pub(crate) mod listener;
 mod registry;
 pub(crate) mod subscriber;

@@ -45,8 +45,8 @@ pub(super) struct WaitState {
     pub(super) waiters: usize,
     pub(super) permits: usize,
     pub(super) subscribed: bool,
-    /// The wait numbers the local waiters registered with (docs/design/engine.md, "Grants"): a
-    /// grant to any other number is another client's business, and wakes nobody here.
+    /// The wait numbers the local waiters registered with for grants (see `super::grants`):
+    /// a grant to any other number is another client's business, and wakes nobody here.
     pub(super) expected: Vec<u64>,
     /// Those of them that a release has granted the lock to, until their waiter takes it.
     pub(super) grants: Vec<u64>,
@@ -99,24 +99,6 @@ impl Waiters {
         for _ in 0..added {
             self.permit.notify_one();
         }
-    }
-
-    /// A release granted the lock to the wait numbered `number` (docs/design/engine.md, "Grants").
-    /// When it is a local waiter's, all look and that one takes it
-    /// ([`Subscription::take_grant`]); a grant to another client's waiter wakes nobody (the
-    /// lock is held again, by that waiter). Whether it was a local waiter's.
-    pub(crate) fn grant(&self, number: u64) -> bool {
-        let mut state = self.state.lock();
-        if !state.expected.contains(&number) {
-            return false;
-        }
-        if !state.grants.contains(&number) {
-            state.grants.push(number);
-        }
-        state.permits = state.waiters;
-        drop(state);
-        self.permit.notify_all();
-        true
     }
 
     /// A `1` message, or a reconnect after which messages may have been missed: all try again.

@@ -36,7 +36,7 @@ const SHUTDOWN_WAKE_BUDGET: Duration = Duration::from_millis(200);
 
 /// Handle to the listeners; dropping it stops and joins their threads.
 pub(crate) struct Subscriber {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// The process whose threads these are (see [`crate::fork`]).
     origin: Origin,
 }
@@ -142,15 +142,6 @@ impl Subscriber {
         self.shared.subscribed.lock().contains_key(channel)
     }
 
-    /// The control channel of the listener that serves `channel` (see [`Shared::master_of`]),
-    /// if it runs: a registered waiter names it, so that a release can tell that the waiter's
-    /// manager still listens (docs/design/engine.md, "Grants").
-    pub(crate) fn control_channel_of(&self, channel: &str) -> Option<String> {
-        let addr = self.shared.master_of(channel)?;
-        let listeners = self.shared.listeners.lock();
-        listeners.get(&addr).map(|h| h.control_channel.clone())
-    }
-
     /// How many messages the listeners have heard on `channel` since the manager started (it
     /// only grows, through unsubscribes and reconnects, unless very many channels were
     /// heard).
@@ -232,9 +223,10 @@ impl Drop for Subscriber {
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
-    waiters: Arc<Waiters>,
-    /// The wait number this waiter registered with, if it did (see `expect_grant`).
-    expecting: Cell<Option<u64>>,
+    pub(super) waiters: Arc<Waiters>,
+    /// The wait number this waiter registered with for grants, if it did (see
+    /// `super::grants`).
+    pub(super) expecting: Cell<Option<u64>>,
     /// What ends the wait early; its waker is registered while the subscription lives.
     stop: Stop,
     _wakes: Wakes,
@@ -289,43 +281,11 @@ impl Subscription {
     pub(crate) fn stopped(&self) -> Option<crate::error::Error> {
         self.stop.check().err()
     }
-
-    /// From now on a grant to the wait numbered `number` wakes this waiter: called before
-    /// the wait's first registration is sent (docs/design/engine.md, "Grants").
-    pub(crate) fn expect_grant(&self, number: u64) {
-        let mut state = self.waiters.state.lock();
-        state.expected.push(number);
-        drop(state);
-        if let Some(old) = self.expecting.replace(Some(number)) {
-            self.forget_grant(old);
-        }
-    }
-
-    /// Whether a release granted the lock to the wait numbered `number` (its message came);
-    /// the grant is taken, so it counts once.
-    pub(crate) fn take_grant(&self, number: u64) -> bool {
-        let mut state = self.waiters.state.lock();
-        match state.grants.iter().position(|&n| n == number) {
-            Some(at) => {
-                state.grants.remove(at);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn forget_grant(&self, number: u64) {
-        let mut state = self.waiters.state.lock();
-        state.expected.retain(|&n| n != number);
-        state.grants.retain(|&n| n != number);
-    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(number) = self.expecting.take() {
-            self.forget_grant(number);
-        }
+        self.forget_expected_grant();
         let mut channels = self.shared.channels.lock();
         let mut state = self.waiters.state.lock();
         state.waiters -= 1;

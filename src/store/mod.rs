@@ -11,7 +11,7 @@
 //!
 //! This file holds the store itself and its core: connecting, routing a command to its
 //! master, sending it and following redirections and failovers. The rest is in its own file:
-//! - `reentrant`: the reentrant lock's protocol, and the replies every kind shares;
+//! - `replies`: the replies every kind's scripts share;
 //! - `latches`: the latches that make releases safe to send again;
 //! - `resend`: whether a failed command is sent again, and how failures are told;
 //! - `replicas`: waiting for replicas' acknowledgements (replica sync);
@@ -26,7 +26,7 @@ use redis::{Connection, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::stats::Counters;
-use crate::store::scripts::{ScriptInvocation, LOCK_SCRIPTS};
+use crate::store::scripts::{Script, ScriptInvocation};
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
 use crate::topology::pool::{Pool, PooledConnection};
@@ -36,13 +36,13 @@ use crate::topology::Topology;
 pub(crate) mod acl;
 pub(crate) mod eviction;
 mod latches;
-mod reentrant;
 mod renewal;
 mod replicas;
+mod replies;
 mod resend;
 pub(crate) mod scripts;
 
-pub(crate) use reentrant::{Attempt, Listeners, Release, Waiting, UNLOCK_MESSAGE};
+pub(crate) use replies::{Attempt, Release, UNLOCK_MESSAGE};
 pub(crate) use resend::is_not_local;
 pub(crate) use resend::Op;
 #[cfg(doc)]
@@ -84,8 +84,13 @@ pub(crate) struct LockStore {
 
 impl LockStore {
     /// Finds the deployment's masters (so a wrong address or password is reported now rather
-    /// than at the first lock) and loads the scripts on each.
-    pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
+    /// than at the first lock) and loads the `preload` scripts on each (the reentrant lock's,
+    /// so that the first call of each does not meet NOSCRIPT).
+    pub(crate) fn connect(
+        endpoints: &Endpoints,
+        config: &Config,
+        preload: &[&'static Script],
+    ) -> Result<Self> {
         let topology = Topology::connect(endpoints, config)?;
         let publish_command = if topology.sharded_pubsub() {
             "spublish"
@@ -111,18 +116,18 @@ impl LockStore {
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
         };
-        store.load_scripts()?;
+        store.load_scripts(preload)?;
         Ok(store)
     }
 
     /// Loads the scripts on every master. On a cluster a master that cannot be reached is
     /// passed over (a failover may be under way as the manager starts; its replica gets the
     /// scripts on its first NOSCRIPT), as long as one master loaded them.
-    fn load_scripts(&self) -> Result<()> {
+    fn load_scripts(&self, scripts: &[&'static Script]) -> Result<()> {
         let mut unreachable = Vec::new();
         let masters = self.topology.map();
         for pool in masters.masters() {
-            match self.load_scripts_on(pool) {
+            match self.load_scripts_on(pool, scripts) {
                 Ok(()) => {}
                 Err(err) if self.topology.is_cluster() && is_unreachable(&err) => {
                     log::warn!(
@@ -147,10 +152,10 @@ impl LockStore {
         Ok(())
     }
 
-    fn load_scripts_on(&self, pool: &Pool) -> Result<()> {
+    fn load_scripts_on(&self, pool: &Pool, scripts: &[&'static Script]) -> Result<()> {
         // One script per round trip: a pipeline's replies would share one response timeout
         // (see `call`), and compiling a script can take a while on a busy server.
-        for script in LOCK_SCRIPTS.all() {
+        for script in scripts {
             let load = |conn: &mut Connection| script.load(conn);
             let deadline = Instant::now() + self.response_timeout;
             self.run_on(
@@ -184,6 +189,12 @@ impl LockStore {
     /// (see `numsub_command`).
     pub(crate) fn grants_possible(&self) -> bool {
         !self.numsub_command.is_empty()
+    }
+
+    /// The `PUBSUB` subcommand a release counts its channel's subscribers with (see
+    /// `numsub_command`; empty where releases grant nothing).
+    pub(crate) fn numsub_command(&self) -> &'static str {
+        self.numsub_command
     }
 
     /// The command that publishes unlock messages (`publish` on a single server).
@@ -253,7 +264,7 @@ impl LockStore {
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
     /// of `name`, within one response timeout in all (see [`run_within`](Self::run_within)).
-    fn run<T>(
+    pub(crate) fn run<T>(
         &self,
         operation: Op,
         name: &str,
@@ -266,7 +277,7 @@ impl LockStore {
     /// [`run`](Self::run) for an acquire attempt: replica sync waits for the replicas only
     /// when `acquired` says the reply is a hold taken (an attempt that found the lock held
     /// wrote nothing, and waiting for replicas that lag would only fail it).
-    fn run_attempt<T>(
+    pub(crate) fn run_attempt<T>(
         &self,
         name: &str,
         op: impl Fn(&mut Connection) -> RedisResult<T>,

@@ -1,16 +1,23 @@
-//! [`Lock`]: a handle on one named lock, and [`LockGuard`]: one hold on it (by any kind that
-//! wraps a `Lock`), released on drop.
+//! The reentrant lock, in one place: [`Lock`], a handle on one named lock, and
+//! [`LockGuard`], one hold on it (by any kind that wraps a `Lock`), released on drop; its
+//! kind as the engine knows it (`kind`), its protocol (`protocol`) and its scripts
+//! (`scripts`).
+
+pub(crate) mod kind;
+pub(crate) mod protocol;
+pub(crate) mod scripts;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::kind::{LockKind, REENTRANT};
+use crate::engine::kind::LockKind;
 use crate::engine::options::{AcquireOptions, Lease};
 use crate::engine::{Engine, Held};
 use crate::error::Result;
 use crate::names::LockKeys;
-use crate::store::{Listeners, Op};
+use crate::store::Op;
+pub(crate) use kind::REENTRANT;
 
 /// A handle on one named lock. Cheap to create
 /// ([`LockManager::get_lock`](crate::LockManager::get_lock) does no I/O) and to clone; it keeps
@@ -172,29 +179,25 @@ impl Lock {
 
     /// Whether anyone (any thread, process or client) holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
-        self.engine()?.store().is_locked(self.keys()?)
+        protocol::is_locked(self.engine()?.store(), self.keys()?)
     }
 
     /// Whether the calling thread holds the lock through this manager.
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
         let engine = self.engine()?;
-        engine
-            .store()
-            .is_held_by(self.keys()?, &engine.current_owner())
+        protocol::is_held_by(engine.store(), self.keys()?, &engine.current_owner())
     }
 
     /// How many holds the calling thread has on the lock (0 when it holds none).
     pub fn hold_count(&self) -> Result<u32> {
         let engine = self.engine()?;
-        engine
-            .store()
-            .hold_count(self.keys()?, &engine.current_owner())
+        protocol::hold_count(engine.store(), self.keys()?, &engine.current_owner())
     }
 
     /// The lock's remaining lease as Redis sees it; `None` when nobody holds it (or its key
     /// has no expiry, which only a foreign writer can cause).
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.engine()?.store().remaining_ttl(self.keys()?)
+        protocol::remaining_ttl(self.engine()?.store(), self.keys()?)
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. Any
@@ -207,7 +210,7 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         let engine = self.engine()?;
-        let released = engine.store().force_unlock(keys)?;
+        let released = protocol::force_unlock(engine.store(), keys)?;
         // Every local hold is gone, and whichever local thread had the turn lost its hold:
         // the next one may go at once.
         engine.forget_holds(keys);
@@ -253,15 +256,9 @@ impl Lock {
         let keys = self.keys()?;
         let engine = self.engine()?;
         let owner = crate::owner::owner_field(engine.client_id(), thread);
-        engine
-            .store()
-            .release(
-                keys,
-                engine.config().watchdog_timeout_ms,
-                &owner,
-                Listeners::default(),
-                None,
-            )
+        let lease_ms = engine.config().watchdog_timeout_ms;
+        REENTRANT
+            .release(engine.store(), keys, &owner, lease_ms)
             .map(drop)
     }
 
