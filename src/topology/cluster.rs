@@ -51,9 +51,7 @@ impl Cluster {
                 continue; // a known master that is a seed too: one refusal says it
             }
             match ask(nodes, candidate) {
-                Ok(ranges) => {
-                    return map_of(nodes, current, &asked, ranges);
-                }
+                Ok(ranges) => return map_of(nodes, current, &asked, ranges),
                 Err(err) => tried.push((asked, err)),
             }
         }
@@ -64,6 +62,20 @@ impl Cluster {
             asked: "no cluster node told where the slots are".into(),
             tried,
         })
+    }
+}
+
+/// Counts each master's replicas: its own list, or `CLUSTER SLOTS`' (`listed`, by address)
+/// when it cannot be asked.
+fn count_replicas(nodes: &Nodes, masters: &[Arc<Pool>], listed: &HashMap<String, usize>) {
+    for pool in masters {
+        if pool.is_silent() {
+            continue; // asking it would time out; its count stays as it was
+        }
+        // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
+        // the master itself lists every replica it has, synced or syncing.
+        let in_slots = listed.get(pool.addr()).copied().unwrap_or(0);
+        pool.count_replicas(listed_replicas(nodes, pool).unwrap_or(in_slots));
     }
 }
 
@@ -136,15 +148,7 @@ fn map_of(nodes: &Nodes, current: &Map, asked: &str, ranges: Vec<SlotRange>) -> 
             )),
         });
     }
-    for pool in &masters {
-        if pool.is_silent() {
-            continue; // asking it would time out; its count stays as it was
-        }
-        // `CLUSTER SLOTS` leaves out replicas that gossip has not yet reported in sync;
-        // the master itself lists every replica it has, synced or syncing.
-        let listed = replicas.get(pool.addr()).copied().unwrap_or(0);
-        pool.count_replicas(listed_replicas(nodes, pool).unwrap_or(listed));
-    }
+    count_replicas(nodes, &masters, &replicas);
     Ok(Map {
         generation: current.generation + 1,
         masters,
