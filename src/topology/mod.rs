@@ -100,16 +100,7 @@ impl Topology {
     /// Reads the endpoints and finds the masters (a wrong address or password fails here).
     pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
         let (discovery, template) = discovery_of(endpoints)?;
-        let nodes = Nodes {
-            template,
-            tls_root_certificate: config
-                .tls_root_certificate
-                .as_ref()
-                .map(|pem| pem.0.clone()),
-            pool_size: config.pool_size,
-            connect_timeout: config.connect_timeout,
-            response_timeout: config.response_timeout,
-        };
+        let nodes = Nodes::new(template, config);
         let started = Instant::now();
         let map = discover(&discovery, &nodes, &Map::empty())?;
         let capabilities = Capabilities::of(deployment(&discovery, &map, config)?);

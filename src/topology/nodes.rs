@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
+use crate::topology::config::Config;
 use crate::topology::map::Map;
 use crate::topology::pool::Pool;
 
@@ -14,13 +15,27 @@ use crate::topology::pool::Pool;
 pub(crate) struct Nodes {
     /// The first URL's settings: credentials, database, TLS or not.
     pub(crate) template: ConnectionInfo,
-    pub(crate) tls_root_certificate: Option<Vec<u8>>,
-    pub(crate) pool_size: usize,
-    pub(crate) connect_timeout: Duration,
+    tls_root_certificate: Option<Vec<u8>>,
+    pool_size: usize,
+    connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
 }
 
 impl Nodes {
+    /// Nodes reached with `template`'s settings and `config`'s pools and timeouts.
+    pub(crate) fn new(template: ConnectionInfo, config: &Config) -> Self {
+        Nodes {
+            template,
+            tls_root_certificate: config
+                .tls_root_certificate
+                .as_ref()
+                .map(|pem| pem.0.clone()),
+            pool_size: config.pool_size,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+        }
+    }
+
     /// The template's settings with another node's address.
     pub(crate) fn at(&self, host: &str, port: u16) -> ConnectionInfo {
         let addr = match self.template.addr() {
