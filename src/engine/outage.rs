@@ -45,7 +45,7 @@ impl Outage {
     /// The outage of a waiter of `engine`'s deployment.
     pub(crate) fn of(engine: &Engine) -> Self {
         let connect_timeout = engine.config().connect_timeout;
-        let failovers = engine.store().topology().follows_failovers();
+        let failovers = engine.store().topology().capabilities().masters_move;
         let grace = if failovers {
             FAILOVER_GRACE.max(connect_timeout)
         } else {

@@ -249,7 +249,7 @@ impl CountDownLatch {
         let engine = &self.engine;
         engine.check_process()?;
         check_name(&self.name)?;
-        if engine.store().topology().is_cluster() {
+        if engine.store().topology().capabilities().routes_by_slot {
             check_cluster_latch_name(&self.name)?;
         }
         Ok(engine)

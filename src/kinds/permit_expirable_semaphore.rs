@@ -514,7 +514,7 @@ impl PermitExpirableSemaphore {
         let engine = &self.engine;
         engine.check_process()?;
         check_name(&self.name)?;
-        if engine.store().topology().is_cluster() {
+        if engine.store().topology().capabilities().routes_by_slot {
             check_cluster_name(&self.name)?;
         }
         Ok(engine)

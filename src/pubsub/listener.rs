@@ -106,7 +106,7 @@ fn after_connection(
     // server that comes back lets them acquire as before. With Sentinel or a cluster a lost
     // master is most likely a failover under way, which takes longer than that grace: they
     // go on waiting and look when this listener (or the new master's) subscribes again.
-    if dropped && !shared.store.topology().follows_failovers() {
+    if dropped && !shared.store.topology().capabilities().masters_move {
         shared.wake_waiters_of(addr);
     }
     // Its master may have failed over: the waiters' channels may be elsewhere now.
@@ -128,7 +128,7 @@ fn retire(shared: &Arc<Shared>, addr: &str) {
 /// `refresh`).
 fn is_master(shared: &Shared, addr: &str, refresh: bool) -> bool {
     let topology = shared.store.topology();
-    if refresh && topology.follows_failovers() {
+    if refresh && topology.capabilities().masters_move {
         topology.refresh(topology.map().generation);
     }
     topology
@@ -195,7 +195,7 @@ impl<'a> Listener<'a> {
     }
 
     fn sharded(&self) -> bool {
-        self.shared.store.topology().sharded_pubsub()
+        self.shared.store.topology().capabilities().sharded_pubsub
     }
 
     /// Serves one connection until shutdown or retirement (`Ok`) or a connection error.
@@ -464,7 +464,7 @@ impl<'a> Listener<'a> {
             return Ok(());
         }
         let topology = self.shared.store.topology();
-        if topology.follows_failovers() {
+        if topology.capabilities().masters_move {
             topology.refresh(topology.map().generation);
         }
         for (channel, failures) in late {

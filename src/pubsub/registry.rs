@@ -220,7 +220,8 @@ impl Shared {
     /// a sharded channel on a cluster, else the (first) master, where every message arrives.
     pub(crate) fn master_of(&self, channel: &str) -> Option<String> {
         let topology = self.store.topology();
-        let key = if topology.is_cluster() { channel } else { "" };
+        let per_master = topology.capabilities().listener_per_master;
+        let key = if per_master { channel } else { "" };
         topology
             .route(key)
             .ok()
@@ -289,7 +290,7 @@ impl Shared {
     pub(super) fn start_listener(self: &Arc<Self>, addr: &str) -> std::io::Result<ListenerHandle> {
         let (orders, inbox) = crossbeam_channel::unbounded();
         // One per listener: on a cluster, the master's address tells them apart.
-        let control_channel = if self.store.topology().is_cluster() {
+        let control_channel = if self.store.topology().capabilities().listener_per_master {
             format!("redis_rlock__control:{{{}}}:{addr}", self.client_id)
         } else {
             format!("redis_rlock__control:{{{}}}", self.client_id)

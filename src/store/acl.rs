@@ -63,7 +63,7 @@ pub(crate) fn check_channel_rights(
     let mut unreachable = Vec::new();
     for pool in masters.masters() {
         match check_on(store, pool, &channels, response_timeout) {
-            Err(err) if store.topology().is_cluster() && is_unreachable(&err) => {
+            Err(err) if store.topology().capabilities().several_masters && is_unreachable(&err) => {
                 unreachable.push((pool.addr().to_owned(), err));
             }
             checked => return checked,

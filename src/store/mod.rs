@@ -27,6 +27,7 @@ use redis::{Connection, RedisResult};
 use crate::error::{Error, Result};
 use crate::stats::Counters;
 use crate::store::scripts::{Script, ScriptInvocation};
+use crate::topology::capabilities::Capabilities;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
 use crate::topology::pool::{Pool, PooledConnection};
@@ -92,18 +93,11 @@ impl LockStore {
         preload: &[&'static Script],
     ) -> Result<Self> {
         let topology = Topology::connect(endpoints, config)?;
-        let publish_command = if topology.sharded_pubsub() {
-            "spublish"
-        } else {
-            "publish"
-        };
-        let numsub_command = if topology.sharded_pubsub() {
-            "shardnumsub"
-        } else if topology.is_cluster() {
-            ""
-        } else {
-            "numsub"
-        };
+        let Capabilities {
+            publish_command,
+            numsub_command,
+            ..
+        } = *topology.capabilities();
         let store = LockStore {
             topology,
             publish_command,
@@ -129,7 +123,9 @@ impl LockStore {
         for pool in masters.masters() {
             match self.load_scripts_on(pool, scripts) {
                 Ok(()) => {}
-                Err(err) if self.topology.is_cluster() && is_unreachable(&err) => {
+                Err(err)
+                    if self.topology.capabilities().several_masters && is_unreachable(&err) =>
+                {
                     log::warn!(
                         "cannot load the lock scripts on the master at {}: {err}; passing it \
                          over (its slots work once it answers, or its replica is promoted)",
@@ -137,7 +133,7 @@ impl LockStore {
                     );
                     unreachable.push((pool.addr().to_owned(), err));
                 }
-                Err(err) if self.topology.follows_failovers() => {
+                Err(err) if self.topology.capabilities().masters_move => {
                     return Err(Error::at(pool.addr(), err))
                 }
                 Err(err) => return Err(err),
@@ -409,7 +405,7 @@ impl LockStore {
                 route.pool.addr()
             );
             pause_before_asking_again(deadline);
-            if self.topology.follows_failovers() {
+            if self.topology.capabilities().masters_move {
                 self.topology.refresh_by(route.generation, deadline);
             }
             (route.pool, route.generation) = self.topology.route_by(name, Some(deadline))?;

@@ -143,7 +143,7 @@ impl LockStore {
         let mut targets = self.renewal_targets(&map, batch, per_call);
         let silent = targets.iter().any(|t| t.pool.is_silent());
         if (targets.is_empty() && !batch.is_empty())
-            || (silent && self.topology.follows_failovers())
+            || (silent && self.topology.capabilities().masters_move)
         {
             // No master for some slots, or one that went silent (stopped, maybe replaced by
             // now): asked first (the silent one last), so that the renewals go to the
@@ -205,7 +205,7 @@ impl LockStore {
         batch: &[(&str, &str)],
         per_call: usize,
     ) -> Vec<Target> {
-        let cluster = self.topology.is_cluster();
+        let cluster = self.topology.capabilities().routes_by_slot;
         let mut groups: Vec<(Arc<Pool>, Vec<usize>)> = Vec::new();
         for (i, (name, _)) in batch.iter().enumerate() {
             let Some(pool) = map.master_for(name) else {
@@ -460,7 +460,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
                 CallOutcome::Redirected(addr, ask) => self.redirected(&addr, ask, call, again),
                 CallOutcome::NoScript => no_script.push(call.clone()),
                 CallOutcome::NotLocal => {
-                    if self.store.topology.follows_failovers() {
+                    if self.store.topology.capabilities().masters_move {
                         self.refresh.set(true);
                     }
                     again.push(target.again(call.clone()));
@@ -476,7 +476,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
             again.extend(no_script.into_iter().map(|call| target.again(call)));
         }
         if let Some((count, err)) = refused {
-            if self.store.topology.follows_failovers() && means_moving(&err) {
+            if self.store.topology.capabilities().masters_move && means_moving(&err) {
                 self.refresh.set(true);
             }
             log::warn!(
@@ -552,7 +552,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
         // A master that refuses connections, or went silent (stopped, see `Pool::is_silent`),
         // may have been replaced: ask where the masters are (after the sweep, at most every
         // so often; discovery asks a silent master last, so it does not hold the watchdog).
-        if self.store.topology.follows_failovers()
+        if self.store.topology.capabilities().masters_move
             && (err.is_connection_error() || target.pool.is_silent())
         {
             self.refresh.set(true);
@@ -563,7 +563,7 @@ impl<F: Fn(&mut redis::Pipeline, &[(&str, &str)])> Round<'_, F> {
     /// [`SILENT_READ`] once its master went silent.
     fn read_timeout(&self, target: &Target) -> Duration {
         let response_timeout = self.store.response_timeout;
-        if target.pool.is_silent() && self.store.topology.follows_failovers() {
+        if target.pool.is_silent() && self.store.topology.capabilities().masters_move {
             response_timeout.min(SILENT_READ)
         } else {
             response_timeout

@@ -66,7 +66,7 @@ impl LockStore {
         operation: &'static str,
         timeout: Duration,
     ) -> std::result::Result<(), Failed> {
-        let recount = if pool.replicas() == 0 && self.topology.follows_failovers() {
+        let recount = if pool.replicas() == 0 && self.topology.capabilities().masters_move {
             REPLICAS_RECOUNT_NONE
         } else {
             REPLICAS_RECOUNT
@@ -98,8 +98,7 @@ impl LockStore {
     /// `Topology::failover_suspected`).
     fn is_unvouched_lone_master(&self, pool: &Pool) -> bool {
         pool.replicas() == 0
-            && self.topology.follows_failovers()
-            && !self.topology.is_cluster()
+            && self.topology.capabilities().sentinels_vouch
             && self.topology.failover_suspected(pool.addr())
     }
 
@@ -192,7 +191,7 @@ impl LockStore {
     /// no failover of this master is under way. A master left with no replica acknowledging
     /// is trusted only on a single server, where nobody promotes a replica.
     fn judge_acknowledgements(&self, pool: &Pool, acked: usize, connected: usize) -> bool {
-        let follows = self.topology.follows_failovers();
+        let follows = self.topology.capabilities().masters_move;
         let safe = if acked == 0 {
             !follows && connected == 0
         } else {

@@ -40,7 +40,7 @@ impl Failed {
     /// Whether this means the master moved (a failover, a resharding): nothing ran, and the
     /// command may go to the master found again. Only where masters can move.
     pub(super) fn means_topology_changed(&self, store: &LockStore) -> bool {
-        if !store.topology.follows_failovers() {
+        if !store.topology.capabilities().masters_move {
             return false;
         }
         match self {

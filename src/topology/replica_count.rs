@@ -10,7 +10,6 @@
 use redis::{Connection, RedisResult, Value};
 
 use super::pool::query_again_if_interrupted;
-use super::replicas_of_role;
 
 /// How many replicas the server behind `conn` lists, in any state; `None` when it is no
 /// master. A user allowed `ROLE` but not `INFO` (an ACL) gets `ROLE`'s count of the online
@@ -58,6 +57,25 @@ pub(crate) fn replicas_of_info(info: &str) -> Option<usize> {
 fn is_replica_line(key: &str) -> bool {
     key.strip_prefix("slave")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The replicas a master's `ROLE` reply lists; `None` if it is not a master's.
+pub(crate) fn replicas_of_role(role: &Value) -> Option<usize> {
+    match role {
+        Value::Array(items) if is_bulk(items.first(), "master") => match items.get(2) {
+            Some(Value::Array(replicas)) => Some(replicas.len()),
+            _ => Some(0),
+        },
+        _ => None,
+    }
+}
+
+fn is_bulk(value: Option<&Value>, text: &str) -> bool {
+    match value {
+        Some(Value::BulkString(bytes)) => bytes == text.as_bytes(),
+        Some(Value::SimpleString(s)) => s == text,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
