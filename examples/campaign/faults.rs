@@ -367,8 +367,10 @@ fn cluster_fault(fault: Fault, cluster: &RedisCluster) {
             cluster.wait_until_ok();
         }
         Fault::SlotMigration => {
+            // A master now: after an earlier fault of a random row, one of those the cluster
+            // was made with may be a replica.
             let to = cluster
-                .master_ports()
+                .masters_now()
                 .into_iter()
                 .find(|&p| p != master)
                 .expect("another master");

@@ -348,7 +348,8 @@ impl RedisCluster {
         });
     }
 
-    fn masters_now(&self) -> Vec<u16> {
+    /// The nodes that are masters now (after failovers, not those the cluster was made with).
+    pub fn masters_now(&self) -> Vec<u16> {
         let ports: Vec<u16> = self.nodes.lock().unwrap().keys().copied().collect();
         ports
             .into_iter()
