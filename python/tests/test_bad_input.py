@@ -1,6 +1,7 @@
 """Bad input gets a clear exception, never a panic or a hang."""
 
 import math
+import threading
 
 import pytest
 
@@ -84,3 +85,40 @@ def test_out_of_range_counts(manager, name):
         manager.get_semaphore(name).acquire(-1)
     with pytest.raises(redis_rlock.InvalidArgument):
         manager.get_semaphore(name).try_acquire(0)
+
+
+@pytest.mark.parametrize("wait", [9.3e18, 1.7e19, 10**19, 2**63])
+def test_too_long_waits_are_value_errors_everywhere(manager, name, wait):
+    # Whatever the thread and whether the lock is free: the wait is checked before any try.
+    lock = manager.get_lock(name)
+    calls = [lambda: manager.try_lock(name, wait),
+             lambda: manager.try_lock_with_lease(name, wait, 5),
+             lambda: manager.try_lock_fenced(name, wait),
+             lambda: lock.acquire(timeout=wait),
+             lambda: manager.get_semaphore(name).try_acquire(1, wait),
+             lambda: manager.get_count_down_latch(name).wait(wait)]
+    for call in calls:
+        for thread in (False, True):
+            errors = []
+
+            def run():
+                try:
+                    call()
+                except BaseException as e:  # noqa: BLE001 - the panic is a BaseException
+                    errors.append(e)
+
+            if thread:
+                t = threading.Thread(target=run)
+                t.start()
+                t.join(30)
+                assert not t.is_alive()
+            else:
+                run()
+            assert len(errors) == 1 and isinstance(errors[0], redis_rlock.InvalidArgument), errors
+    assert not lock.is_locked()
+
+
+def test_too_long_lost_event_wait_is_a_value_error(manager, name):
+    with manager.lock(name) as guard:
+        with pytest.raises(redis_rlock.InvalidArgument):
+            guard.lost_event.wait(1.7e19)
