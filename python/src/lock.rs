@@ -185,15 +185,15 @@ impl PyLock {
 
     /// `threading.RLock.acquire`: waits (`blocking`) up to `timeout` seconds (-1: no limit);
     /// whether it acquired. Reentrant; each acquire needs one `release()`.
-    #[pyo3(signature = (blocking=true, timeout=None, cancel=None))]
+    #[pyo3(signature = (blocking=Truthy(true), timeout=None, cancel=None))]
     fn acquire(
         &self,
         py: Python<'_>,
-        blocking: bool,
+        blocking: Truthy,
         timeout: Option<&Bound<'_, PyAny>>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<bool> {
-        let wait = rlock_wait(blocking, timeout)?;
+        let wait = rlock_wait(blocking.0, timeout)?;
         let guard = acquire(py, self.lock.as_ref(), wait, Lease::Watchdog, false, cancel)?;
         Ok(match guard {
             Some(guard) => {
@@ -219,8 +219,32 @@ impl PyLock {
         self.holds.count(&self.holds_key()) > 0
     }
 
+    /// `threading.Condition.wait`'s first step, as on a `threading.RLock`: releases every
+    /// hold the calling thread took through `acquire()`; their number, for `_acquire_restore`.
+    fn _release_save(&self, py: Python<'_>) -> PyResult<usize> {
+        let guards = self.holds.take(&self.holds_key());
+        if guards.is_empty() {
+            return Err(errors::unacquired());
+        }
+        let count = guards.len();
+        // Latest first, as that many `release()` calls would.
+        quick(py, move || {
+            guards.into_iter().rev().try_for_each(LockGuard::unlock)
+        })?;
+        Ok(count)
+    }
+
+    /// `threading.Condition.wait`'s last step: acquires again as many holds as
+    /// `_release_save` released (the first waits as long as it takes).
+    fn _acquire_restore(&self, py: Python<'_>, count: usize) -> PyResult<()> {
+        for _ in 0..count {
+            self.acquire(py, Truthy(true), None, None)?;
+        }
+        Ok(())
+    }
+
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
-        self.acquire(py, true, None, None)
+        self.acquire(py, Truthy(true), None, None)
     }
 
     fn __exit__(
@@ -236,6 +260,17 @@ impl PyLock {
 
     fn __repr__(&self) -> String {
         format!("Lock(name={:?}, kind={:?})", self.lock.name(), self.kind)
+    }
+}
+
+/// `threading.RLock.acquire`'s `blocking`: any object, taken for its truth value.
+pub struct Truthy(pub bool);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Truthy {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        value.is_truthy().map(Truthy)
     }
 }
 

@@ -382,3 +382,47 @@ def test_cancel_on_the_main_thread(manager, url, name, raw):
                 other.get_lock(name).acquire(cancel=token)
             timer.join()
     assert raw.exists(name) == 0
+
+
+def test_threading_condition_over_a_lock_held_twice(manager, name):
+    # Condition.wait releases every level (_release_save) and restores them (_acquire_restore),
+    # as over a threading.RLock: the notifier gets in although this thread holds it twice.
+    lock = manager.get_lock(name)
+    cond = threading.Condition(lock)
+    ready = []
+
+    def producer():
+        with cond:
+            ready.append(1)
+            cond.notify()
+
+    with cond:
+        with cond:
+            t = threading.Thread(target=producer)
+            t.start()
+            assert cond.wait_for(lambda: ready, timeout=30)
+            assert lock.hold_count() == 2
+        assert lock.hold_count() == 1
+    t.join(30)
+    assert not t.is_alive()
+    assert not lock.is_locked()
+    with pytest.raises(RuntimeError):
+        lock._release_save()
+
+
+@pytest.mark.parametrize("blocking", [0, 1, "", "yes", None, [], [1]])
+def test_acquire_takes_any_truthy_blocking(manager, name, blocking):
+    lock = manager.get_lock(name)
+    assert lock.acquire(blocking) is True
+    lock.release()
+    holder = manager.get_lock(name)
+    done = []
+    t = threading.Thread(target=lambda: (holder.acquire(), done.append(1)))
+    t.start()
+    t.join(30)
+    # Another thread holds it now: a non-blocking acquire returns False at once.
+    if not blocking:
+        assert lock.acquire(blocking) is False
+    else:
+        assert lock.acquire(blocking, 0.05) is False
+    assert done and lock.is_locked()
