@@ -8,6 +8,7 @@ use redis_rlock::LockGuard;
 use crate::duration;
 use crate::errors;
 use crate::lost::LostEvent;
+use crate::repr;
 use crate::wait::quick;
 
 /// One hold of a lock. A context manager: leaving the `with` block releases it, also after an
@@ -116,12 +117,12 @@ impl Guard {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "Guard(name={:?}, held={}, fencing_token={:?})",
-            self.name,
-            self.guard.lock().is_some(),
-            self.fencing_token
+            "Guard(name={}, held={}, fencing_token={})",
+            repr::string(py, &self.name),
+            repr::flag(self.guard.lock().is_some()),
+            repr::number(self.fencing_token)
         )
     }
 }

@@ -6,6 +6,7 @@ use redis_rlock::{CountDownLatch, WaitOptions};
 
 use crate::cancel::PyCancelToken;
 use crate::duration;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Redisson's `RCountDownLatch`: waiters are released when the count reaches zero.
@@ -62,7 +63,10 @@ impl PyCountDownLatch {
         Ok(done.is_some())
     }
 
-    fn __repr__(&self) -> String {
-        format!("CountDownLatch(name={:?})", self.latch.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "CountDownLatch(name={})",
+            repr::string(py, self.latch.name())
+        )
     }
 }

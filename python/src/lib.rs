@@ -16,6 +16,7 @@ mod latch;
 mod lock;
 mod lost;
 mod manager;
+mod repr;
 mod semaphore;
 mod settings;
 mod signals;

@@ -14,6 +14,7 @@ use crate::duration;
 use crate::errors;
 use crate::guard::Guard;
 use crate::held::Holds;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Acquires `lock` as Redisson's overloads do: `wait` `None` waits as long as it takes.
@@ -258,8 +259,12 @@ impl PyLock {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        format!("Lock(name={:?}, kind={:?})", self.lock.name(), self.kind)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Lock(name={}, kind={})",
+            repr::string(py, self.lock.name()),
+            repr::string(py, self.kind)
+        )
     }
 }
 
@@ -325,7 +330,7 @@ impl PyReadWriteLock {
         )
     }
 
-    fn __repr__(&self) -> String {
-        format!("ReadWriteLock(name={:?})", self.lock.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("ReadWriteLock(name={})", repr::string(py, self.lock.name()))
     }
 }

@@ -7,6 +7,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use pyo3::prelude::*;
 
 use crate::duration;
+use crate::repr;
 
 /// How long a wait sleeps before it looks for signals (Ctrl-C) again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -76,6 +77,6 @@ impl LostEvent {
     }
 
     fn __repr__(&self) -> String {
-        format!("LostEvent(set={})", self.is_set())
+        format!("LostEvent(set={})", repr::flag(self.is_set()))
     }
 }

@@ -13,6 +13,7 @@ use crate::guard::Guard;
 use crate::held::Holds;
 use crate::latch::PyCountDownLatch;
 use crate::lock::{acquire, acquired, fixed, wait_of, PyLock, PyReadWriteLock};
+use crate::repr;
 use crate::semaphore::{PyPermitExpirableSemaphore, PySemaphore};
 use crate::settings;
 use crate::wait::quick;
@@ -250,7 +251,8 @@ impl PyLockManager {
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("LockManager(client_id={:?})", self.manager.client_id())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let id = repr::string(py, self.manager.client_id());
+        format!("LockManager(client_id={id})")
     }
 }

@@ -6,6 +6,7 @@ use redis_rlock::{PermitExpirableSemaphore, Semaphore, WaitOptions};
 
 use crate::cancel::PyCancelToken;
 use crate::duration;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Redisson's `RSemaphore`: permits in Redis, shared by every client.
@@ -91,8 +92,11 @@ impl PySemaphore {
         quick(py, || self.semaphore.drain_permits())
     }
 
-    fn __repr__(&self) -> String {
-        format!("Semaphore(name={:?})", self.semaphore.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Semaphore(name={})",
+            repr::string(py, self.semaphore.name())
+        )
     }
 }
 
@@ -190,8 +194,9 @@ impl PyPermitExpirableSemaphore {
         quick(py, || self.semaphore.acquired_permits())
     }
 
-    fn __repr__(&self) -> String {
-        format!("PermitExpirableSemaphore(name={:?})", self.semaphore.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let name = repr::string(py, self.semaphore.name());
+        format!("PermitExpirableSemaphore(name={name})")
     }
 }
 

@@ -426,3 +426,23 @@ def test_acquire_takes_any_truthy_blocking(manager, name, blocking):
     else:
         assert lock.acquire(blocking, 0.05) is False
     assert done and lock.is_locked()
+
+
+def test_reprs_are_pythons(manager, name):
+    odd = name + "-'\"é\t"
+    guard = manager.lock_fenced(odd)
+    token = guard.fencing_token
+    assert repr(guard) == f"Guard(name={odd!r}, held=True, fencing_token={token})"
+    assert repr(guard.lost_event) == "LostEvent(set=False)"
+    guard.unlock()
+    assert repr(guard) == f"Guard(name={odd!r}, held=False, fencing_token={token})"
+    with manager.lock(odd) as plain:
+        assert repr(plain) == f"Guard(name={odd!r}, held=True, fencing_token=None)"
+    assert repr(redis_rlock.CancelToken()) == "CancelToken(cancelled=False)"
+    assert repr(manager.get_fair_lock(odd)) == f"Lock(name={odd!r}, kind='fair')"
+    assert repr(manager.get_read_write_lock(odd)) == f"ReadWriteLock(name={odd!r})"
+    assert repr(manager.get_semaphore(odd)) == f"Semaphore(name={odd!r})"
+    assert repr(manager.get_count_down_latch(odd)) == f"CountDownLatch(name={odd!r})"
+    assert repr(manager.get_permit_expirable_semaphore(odd)) == \
+        f"PermitExpirableSemaphore(name={odd!r})"
+    assert repr(manager) == f"LockManager(client_id={manager.client_id!r})"
