@@ -21,8 +21,11 @@ class LostEvent:
 
     def is_set(self) -> bool:
         """Whether the lock was found lost."""
-    def wait(self, timeout: Optional[Seconds] = None) -> bool:
-        """Waits until set or ``timeout`` passes (``None``: no limit); returns ``is_set()``."""
+    def wait(
+        self, timeout: Optional[Seconds] = None, cancel: Optional[CancelToken] = None
+    ) -> bool:
+        """Waits until set or ``timeout`` passes (``None``: no limit); returns ``is_set()``.
+        ``cancel`` ends the wait with ``Cancelled``."""
 
 class Guard:
     """One hold of a lock; a context manager that releases it on exit, also after an exception."""

@@ -16,7 +16,7 @@ use crate::lock::{acquire, acquired, fixed, wait_of, PyLock, PyReadWriteLock};
 use crate::repr;
 use crate::semaphore::{PyPermitExpirableSemaphore, PySemaphore};
 use crate::settings;
-use crate::wait::quick;
+use crate::wait::detached;
 
 /// A connection to one Redis deployment. Create one per process (after any `os.fork()`) and
 /// share it between threads.
@@ -33,7 +33,7 @@ impl PyLockManager {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let builder = settings::apply(builder, kwargs)?;
-        let manager = quick(py, move || builder.build())?;
+        let manager = detached(py, move || builder.build())?;
         Ok(PyLockManager {
             manager,
             holds: Holds::default(),

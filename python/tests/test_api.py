@@ -2,6 +2,7 @@
 
 import datetime
 import threading
+import time
 
 import pytest
 
@@ -446,3 +447,20 @@ def test_reprs_are_pythons(manager, name):
     assert repr(manager.get_permit_expirable_semaphore(odd)) == \
         f"PermitExpirableSemaphore(name={odd!r})"
     assert repr(manager) == f"LockManager(client_id={manager.client_id!r})"
+
+
+def test_lost_event_wait_takes_cancel(manager, name):
+    with manager.lock(name) as guard:
+        token = redis_rlock.CancelToken()
+        token.cancel()
+        with pytest.raises(redis_rlock.Cancelled):
+            guard.lost_event.wait(cancel=token)
+        # Cancelled from another thread while waiting without limit.
+        token = redis_rlock.CancelToken()
+        canceller = threading.Timer(0.2, token.cancel)
+        canceller.start()
+        started = time.monotonic()
+        with pytest.raises(redis_rlock.Cancelled):
+            guard.lost_event.wait(None, cancel=token)
+        assert time.monotonic() - started < 10
+        canceller.join()

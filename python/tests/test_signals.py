@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -171,3 +172,39 @@ t.join()
             parent.kill()
             parent.wait()
         other.shutdown()
+
+
+def test_ctrl_c_interrupts_a_manager_that_is_connecting():
+    # A listener that never answers: the manager's handshake waits for its timeouts (60 s).
+    script = r"""
+import sys, time
+import redis_rlock
+print("connecting", flush=True)
+try:
+    redis_rlock.LockManager(sys.argv[1], connect_timeout=60, response_timeout=60)
+    print("connected", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/"
+        child = subprocess.Popen([sys.executable, "-c", script, url],
+                                 stdout=subprocess.PIPE, text=True, cwd=HERE)
+        try:
+            assert child.stdout.readline().strip() == "connecting"
+            # The handshake is under way once the child's connection is queued.
+            silent.settimeout(30)
+            conn, _ = silent.accept()
+            sent = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=30)
+            took = time.monotonic() - sent
+            conn.close()
+            assert out.split() == ["interrupted"]
+            assert took < 20
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
