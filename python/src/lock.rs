@@ -186,7 +186,10 @@ impl PyLock {
 
     /// `threading.RLock.acquire`: waits (`blocking`) up to `timeout` seconds (-1: no limit);
     /// whether it acquired. Reentrant; each acquire needs one `release()`.
-    #[pyo3(signature = (blocking=Truthy(true), timeout=None, cancel=None))]
+    #[pyo3(
+        signature = (blocking=Truthy(true), timeout=None, cancel=None),
+        text_signature = "(self, blocking=True, timeout=-1, cancel=None)"
+    )]
     fn acquire(
         &self,
         py: Python<'_>,

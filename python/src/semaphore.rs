@@ -53,7 +53,10 @@ impl PySemaphore {
     }
 
     /// Takes `permits` if they become free within `wait` seconds (0: one attempt); whether it did.
-    #[pyo3(signature = (permits=1, wait=None, cancel=None))]
+    #[pyo3(
+        signature = (permits=1, wait=None, cancel=None),
+        text_signature = "(self, permits=1, wait=0.0, cancel=None)"
+    )]
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -150,7 +153,10 @@ impl PyPermitExpirableSemaphore {
     }
 
     /// Takes one permit if one becomes free within `wait` seconds; its id, or `None`.
-    #[pyo3(signature = (wait=None, lease=None, cancel=None))]
+    #[pyo3(
+        signature = (wait=None, lease=None, cancel=None),
+        text_signature = "(self, wait=0.0, lease=None, cancel=None)"
+    )]
     fn try_acquire(
         &self,
         py: Python<'_>,
