@@ -186,9 +186,11 @@ class PermitExpirableSemaphore:
     ) -> Optional[str]:
         """Takes one permit if one becomes free within ``wait``; its id or ``None``."""
     def release(self, id: str) -> None:
-        """Gives back permit ``id``; ``PermitNotHeld`` if it is not acquired."""
+        """Gives back permit ``id``; ``PermitNotHeld`` if it is not acquired,
+        ``InvalidArgument`` if ``id`` is not a permit id (32 hex characters)."""
     def try_release(self, id: str) -> bool:
-        """Gives back permit ``id``; whether it was acquired."""
+        """Gives back permit ``id``; whether it was acquired. ``InvalidArgument`` if ``id`` is
+        not a permit id."""
     def update_lease_time(self, id: str, lease: Seconds) -> bool:
         """Sets permit ``id``'s lease to ``lease`` from now; whether it was acquired."""
     def available_permits(self) -> int:

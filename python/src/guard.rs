@@ -103,7 +103,9 @@ impl Guard {
         slf
     }
 
-    /// Releases unless already released; never swallows the body's exception.
+    /// Releases unless already released. Never suppresses the body's exception; but if the
+    /// release fails (`NotHeld`: the hold was gone), that error is raised instead, with the
+    /// body's exception as its `__context__`.
     fn __exit__(
         &self,
         py: Python<'_>,

@@ -169,12 +169,14 @@ impl PyPermitExpirableSemaphore {
         self.take(py, Some(wait), lease, cancel)
     }
 
-    /// Gives back permit `id`; `PermitNotHeld` if it is not acquired.
+    /// Gives back permit `id`; `PermitNotHeld` if it is not acquired, `InvalidArgument` if
+    /// `id` is not a permit id (32 hex characters).
     fn release(&self, py: Python<'_>, id: &str) -> PyResult<()> {
         quick(py, || self.semaphore.release(id))
     }
 
-    /// Gives back permit `id`; whether it was acquired.
+    /// Gives back permit `id`; whether it was acquired. `InvalidArgument` if `id` is not a
+    /// permit id.
     fn try_release(&self, py: Python<'_>, id: &str) -> PyResult<bool> {
         quick(py, || self.semaphore.try_release(id))
     }

@@ -464,3 +464,16 @@ def test_lost_event_wait_takes_cancel(manager, name):
             guard.lost_event.wait(None, cancel=token)
         assert time.monotonic() - started < 10
         canceller.join()
+
+
+def test_a_failed_release_on_exit_keeps_the_body_exception_as_context(manager, name):
+    # Leaving `with` after an exception: the body's exception goes on, unless the release
+    # fails; then NotHeld is raised, the body's exception its __context__ (not lost).
+    with pytest.raises(ValueError):
+        with manager.lock(name):
+            raise ValueError("body")
+    with pytest.raises(redis_rlock.NotHeld) as info:
+        with manager.lock(name):
+            manager.get_lock(name).force_unlock()
+            raise ValueError("body")
+    assert isinstance(info.value.__context__, ValueError)

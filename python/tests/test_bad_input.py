@@ -122,3 +122,16 @@ def test_too_long_lost_event_wait_is_a_value_error(manager, name):
     with manager.lock(name) as guard:
         with pytest.raises(redis_rlock.InvalidArgument):
             guard.lost_event.wait(1.7e19)
+
+
+def test_a_malformed_permit_id_is_a_value_error(manager, name):
+    # As the stub says: a malformed id is bad input; a well-formed one not acquired is
+    # PermitNotHeld.
+    semaphore = manager.get_permit_expirable_semaphore(name)
+    assert semaphore.try_set_permits(1)
+    for call in (semaphore.release, semaphore.try_release):
+        with pytest.raises(redis_rlock.InvalidArgument):
+            call("bogus")
+    with pytest.raises(redis_rlock.PermitNotHeld):
+        semaphore.release("0123456789abcdef0123456789abcdef")
+    assert semaphore.try_release("0123456789abcdef0123456789abcdef") is False
