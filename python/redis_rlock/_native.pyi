@@ -269,7 +269,8 @@ class LockManager:
     def get_count_down_latch(self, name: str) -> CountDownLatch:
         """Redisson's ``getCountDownLatch``."""
     def shutdown(self) -> None:
-        """Stops the manager: waits raise ``Shutdown``; ``acquire()`` holds are released."""
+        """Stops the manager: waits and acquires raise ``Shutdown``; ``acquire()`` holds are
+        released. Calls that do not wait (``is_locked()``, releases, ...) keep working."""
     def is_shut_down(self) -> bool:
         """Whether ``shutdown()`` was called."""
     def __enter__(self) -> "LockManager": ...

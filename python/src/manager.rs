@@ -210,6 +210,8 @@ impl PyLockManager {
     }
 
     /// Stops the manager: waits end with `Shutdown`, holds taken by `acquire()` are released.
+    /// Calls that do not wait (`is_locked()`, `force_unlock()`, releases, ...) keep working,
+    /// as the crate's `LockManager::shutdown` has them.
     fn shutdown(&self, py: Python<'_>) {
         let holds = self.holds.take_all();
         let manager = self.manager.clone();
