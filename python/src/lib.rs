@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod cancel;
+mod count;
 mod duration;
 mod errors;
 mod guard;

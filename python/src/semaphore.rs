@@ -5,6 +5,7 @@ use pyo3::types::PyAny;
 use redis_rlock::{PermitExpirableSemaphore, Semaphore, WaitOptions};
 
 use crate::cancel::PyCancelToken;
+use crate::count::Count;
 use crate::duration;
 use crate::repr;
 use crate::wait::{blocking, quick};
@@ -30,16 +31,19 @@ impl PySemaphore {
     }
 
     /// Sets the number of permits if none is set yet; whether it did.
-    fn try_set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<bool> {
-        quick(py, || self.semaphore.try_set_permits(permits))
+    fn try_set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<bool> {
+        quick(py, || self.semaphore.try_set_permits(permits.0))
     }
 
     /// Takes `permits`, waiting as long as it takes.
-    #[pyo3(signature = (permits=1, cancel=None))]
+    #[pyo3(
+        signature = (permits=Count(1), cancel=None),
+        text_signature = "(self, permits=1, cancel=None)"
+    )]
     fn acquire(
         &self,
         py: Python<'_>,
-        permits: u32,
+        permits: Count<u32>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<()> {
         blocking(py, None, cancel, |left, token| {
@@ -47,20 +51,23 @@ impl PySemaphore {
             if let Some(left) = left {
                 options = options.wait(left);
             }
-            Ok(self.semaphore.acquire_with(permits, options)?.then_some(()))
+            Ok(self
+                .semaphore
+                .acquire_with(permits.0, options)?
+                .then_some(()))
         })
         .map(drop)
     }
 
     /// Takes `permits` if they become free within `wait` seconds (0: one attempt); whether it did.
     #[pyo3(
-        signature = (permits=1, wait=None, cancel=None),
+        signature = (permits=Count(1), wait=None, cancel=None),
         text_signature = "(self, permits=1, wait=0.0, cancel=None)"
     )]
     fn try_acquire(
         &self,
         py: Python<'_>,
-        permits: u32,
+        permits: Count<u32>,
         wait: Option<&Bound<'_, PyAny>>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<bool> {
@@ -69,15 +76,18 @@ impl PySemaphore {
             let options = WaitOptions::new()
                 .cancel_token(token)
                 .wait(left.unwrap_or_default());
-            Ok(self.semaphore.acquire_with(permits, options)?.then_some(()))
+            Ok(self
+                .semaphore
+                .acquire_with(permits.0, options)?
+                .then_some(()))
         })?;
         Ok(taken.is_some())
     }
 
     /// Gives back `permits` (any client may release).
-    #[pyo3(signature = (permits=1))]
-    fn release(&self, py: Python<'_>, permits: u32) -> PyResult<()> {
-        quick(py, || self.semaphore.release(permits))
+    #[pyo3(signature = (permits=Count(1)), text_signature = "(self, permits=1)")]
+    fn release(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<()> {
+        quick(py, || self.semaphore.release(permits.0))
     }
 
     /// The permits free now.
@@ -86,8 +96,8 @@ impl PySemaphore {
     }
 
     /// Adds `permits` (negative: removes).
-    fn add_permits(&self, py: Python<'_>, permits: i32) -> PyResult<()> {
-        quick(py, || self.semaphore.add_permits(permits))
+    fn add_permits(&self, py: Python<'_>, permits: Count<i32>) -> PyResult<()> {
+        quick(py, || self.semaphore.add_permits(permits.0))
     }
 
     /// Takes every free permit; how many.
@@ -124,18 +134,18 @@ impl PyPermitExpirableSemaphore {
     }
 
     /// Sets the number of permits if none is set yet; whether it did.
-    fn try_set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<bool> {
-        quick(py, || self.semaphore.try_set_permits(permits))
+    fn try_set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<bool> {
+        quick(py, || self.semaphore.try_set_permits(permits.0))
     }
 
     /// Sets the number of permits.
-    fn set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<()> {
-        quick(py, || self.semaphore.set_permits(permits))
+    fn set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<()> {
+        quick(py, || self.semaphore.set_permits(permits.0))
     }
 
     /// Adds `permits` (negative: removes).
-    fn add_permits(&self, py: Python<'_>, permits: i32) -> PyResult<()> {
-        quick(py, || self.semaphore.add_permits(permits))
+    fn add_permits(&self, py: Python<'_>, permits: Count<i32>) -> PyResult<()> {
+        quick(py, || self.semaphore.add_permits(permits.0))
     }
 
     /// Takes one permit, waiting as long as it takes; its id. With `lease` seconds, the

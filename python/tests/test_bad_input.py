@@ -73,6 +73,8 @@ def test_bad_settings(url):
     with pytest.raises(redis_rlock.InvalidArgument):
         LockManager(url, pool_size=0)
     with pytest.raises(redis_rlock.InvalidArgument):
+        LockManager(url, pool_size=-1)
+    with pytest.raises(redis_rlock.InvalidArgument):
         LockManager(url, watchdog_timeout=0.1)
     with pytest.raises(ValueError):
         LockManager(url, pubsub_protocol="resp9")
@@ -81,8 +83,15 @@ def test_bad_settings(url):
 
 
 def test_out_of_range_counts(manager, name):
-    with pytest.raises(OverflowError):
-        manager.get_semaphore(name).acquire(-1)
+    # Negative or too large for the count's type: a ValueError naming the range.
+    semaphore = manager.get_semaphore(name)
+    for call in (lambda: semaphore.acquire(-1), lambda: semaphore.try_acquire(-1),
+                 lambda: semaphore.release(-1), lambda: semaphore.try_set_permits(-1),
+                 lambda: semaphore.acquire(2**32), lambda: semaphore.add_permits(2**31),
+                 lambda: manager.get_permit_expirable_semaphore(name).set_permits(-5),
+                 lambda: manager.get_count_down_latch(name).try_set_count(-1)):
+        with pytest.raises(redis_rlock.InvalidArgument, match="is not between"):
+            call()
     with pytest.raises(redis_rlock.InvalidArgument):
         manager.get_semaphore(name).try_acquire(0)
 
