@@ -39,6 +39,7 @@ from ._native import (
     LostEvent,
     PermitExpirableSemaphore,
     ReadWriteLock,
+    Seconds,
     Semaphore,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "Semaphore",
     "PermitExpirableSemaphore",
     "CountDownLatch",
+    "Seconds",
     "LockError",
     "InvalidArgument",
     "InvalidName",

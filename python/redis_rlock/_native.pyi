@@ -2,28 +2,47 @@
 
 import datetime
 from types import TracebackType
-from typing import Any, List, Optional, Type, Union
+from typing import Any, List, Optional, Type, Union, final
+
+__all__ = [
+    "CancelToken",
+    "CountDownLatch",
+    "Guard",
+    "Lock",
+    "LockManager",
+    "LostEvent",
+    "PermitExpirableSemaphore",
+    "ReadWriteLock",
+    "Seconds",
+    "Semaphore",
+]
 
 #: Seconds as an int or float, or a datetime.timedelta.
 Seconds = Union[int, float, datetime.timedelta]
 
+@final
 class CancelToken:
     """A cancellation flag: ``cancel()`` ends every wait given this token, now and later."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> "CancelToken": ...
     def cancel(self) -> None:
         """Cancels every wait given this token (they raise ``Cancelled``). Idempotent."""
     def is_cancelled(self) -> bool:
         """Whether ``cancel()`` was called."""
 
+@final
 class LostEvent:
     """A ``threading.Event``-like object, set when the guard's lock is found lost."""
 
     def is_set(self) -> bool:
         """Whether the lock was found lost."""
-    def wait(self, timeout: Optional[Seconds] = None) -> bool:
-        """Waits until set or ``timeout`` passes (``None``: no limit); returns ``is_set()``."""
+    def wait(
+        self, timeout: Optional[Seconds] = None, cancel: Optional[CancelToken] = None
+    ) -> bool:
+        """Waits until set or ``timeout`` passes (``None``: no limit); returns ``is_set()``.
+        ``cancel`` ends the wait with ``Cancelled``."""
 
+@final
 class Guard:
     """One hold of a lock; a context manager that releases it on exit, also after an exception."""
 
@@ -53,6 +72,7 @@ class Guard:
         traceback: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class Lock:
     """A lock of one name and kind: Redisson's calls, and a ``threading.RLock`` stand-in."""
 
@@ -90,7 +110,7 @@ class Lock:
         """Deletes the lock whoever holds it; ``False`` when it was free."""
     def acquire(
         self,
-        blocking: bool = True,
+        blocking: object = True,
         timeout: Optional[Seconds] = -1,
         cancel: Optional[CancelToken] = None,
     ) -> bool:
@@ -105,6 +125,7 @@ class Lock:
         traceback: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class ReadWriteLock:
     """Redisson's ``RReadWriteLock``: a shared and an exclusive half on one name."""
 
@@ -116,6 +137,7 @@ class ReadWriteLock:
     def write_lock(self) -> Lock:
         """The exclusive half."""
 
+@final
 class Semaphore:
     """Redisson's ``RSemaphore``."""
 
@@ -139,6 +161,7 @@ class Semaphore:
     def drain_permits(self) -> int:
         """Takes every free permit; how many."""
 
+@final
 class PermitExpirableSemaphore:
     """Redisson's ``RPermitExpirableSemaphore``: permits with ids and optional leases."""
 
@@ -163,9 +186,11 @@ class PermitExpirableSemaphore:
     ) -> Optional[str]:
         """Takes one permit if one becomes free within ``wait``; its id or ``None``."""
     def release(self, id: str) -> None:
-        """Gives back permit ``id``; ``PermitNotHeld`` if it is not acquired."""
+        """Gives back permit ``id``; ``PermitNotHeld`` if it is not acquired,
+        ``InvalidArgument`` if ``id`` is not a permit id (32 hex characters)."""
     def try_release(self, id: str) -> bool:
-        """Gives back permit ``id``; whether it was acquired."""
+        """Gives back permit ``id``; whether it was acquired. ``InvalidArgument`` if ``id`` is
+        not a permit id."""
     def update_lease_time(self, id: str, lease: Seconds) -> bool:
         """Sets permit ``id``'s lease to ``lease`` from now; whether it was acquired."""
     def available_permits(self) -> int:
@@ -173,6 +198,7 @@ class PermitExpirableSemaphore:
     def acquired_permits(self) -> int:
         """The permits acquired now."""
 
+@final
 class CountDownLatch:
     """Redisson's ``RCountDownLatch``."""
 
@@ -190,10 +216,11 @@ class CountDownLatch:
     ) -> bool:
         """Waits until the count is zero or ``timeout`` passes; whether it is zero."""
 
+@final
 class LockManager:
     """A connection to one Redis deployment, shared by threads; one per process."""
 
-    def __init__(self, url: str, **settings: Any) -> None:
+    def __new__(cls, url: str, **settings: Any) -> "LockManager":
         """Connects to ``url``; ``settings`` are the builder's (``watchdog_timeout``, ...)."""
     @staticmethod
     def sentinel(urls: List[str], master_name: str, **settings: Any) -> "LockManager":
@@ -242,7 +269,8 @@ class LockManager:
     def get_count_down_latch(self, name: str) -> CountDownLatch:
         """Redisson's ``getCountDownLatch``."""
     def shutdown(self) -> None:
-        """Stops the manager: waits raise ``Shutdown``; ``acquire()`` holds are released."""
+        """Stops the manager: waits and acquires raise ``Shutdown``; ``acquire()`` holds are
+        released. Calls that do not wait (``is_locked()``, releases, ...) keep working."""
     def is_shut_down(self) -> bool:
         """Whether ``shutdown()`` was called."""
     def __enter__(self) -> "LockManager": ...

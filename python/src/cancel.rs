@@ -6,6 +6,8 @@
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+
+use crate::repr;
 use redis_rlock::CancelToken;
 
 /// A cancellation flag: `cancel()` ends every wait given this token, now and later, within
@@ -40,7 +42,7 @@ impl PyCancelToken {
     }
 
     fn __repr__(&self) -> String {
-        format!("CancelToken(cancelled={})", self.is_cancelled())
+        format!("CancelToken(cancelled={})", repr::flag(self.is_cancelled()))
     }
 }
 

@@ -8,9 +8,13 @@ use pyo3::types::{PyBool, PyFloat, PyInt};
 
 use crate::errors;
 
+/// The longest duration accepted, 2**62 seconds: far beyond any real wait, and short enough
+/// that a deadline `Instant::now() + d` can never overflow (which panics).
+pub const LONGEST: Duration = Duration::from_secs(1 << 62);
+
 /// `value` as a duration; `what` names the argument in errors. A negative, NaN or infinite
-/// number is an `InvalidArgument` (a `ValueError`); anything else than a number or a
-/// `timedelta` a `TypeError`.
+/// number, or one over [`LONGEST`], is an `InvalidArgument` (a `ValueError`); anything else
+/// than a number or a `timedelta` a `TypeError`.
 pub fn from_py(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
     let py = value.py();
     let seconds: f64 = if value.is_instance_of::<PyBool>() {
@@ -29,7 +33,14 @@ pub fn from_py(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
             format!("{seconds} is not a non-negative, finite number of seconds"),
         ));
     }
-    Duration::try_from_secs_f64(seconds).map_err(|e| errors::invalid(py, what, e))
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d <= LONGEST => Ok(d),
+        _ => Err(errors::invalid(
+            py,
+            what,
+            format!("{seconds} seconds is longer than the longest accepted, 2**62"),
+        )),
+    }
 }
 
 /// An optional duration: `None` stays `None`.

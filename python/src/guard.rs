@@ -8,6 +8,7 @@ use redis_rlock::LockGuard;
 use crate::duration;
 use crate::errors;
 use crate::lost::LostEvent;
+use crate::repr;
 use crate::wait::quick;
 
 /// One hold of a lock. A context manager: leaving the `with` block releases it, also after an
@@ -102,7 +103,9 @@ impl Guard {
         slf
     }
 
-    /// Releases unless already released; never swallows the body's exception.
+    /// Releases unless already released. Never suppresses the body's exception; but if the
+    /// release fails (`NotHeld`: the hold was gone), that error is raised instead, with the
+    /// body's exception as its `__context__`.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -116,12 +119,12 @@ impl Guard {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "Guard(name={:?}, held={}, fencing_token={:?})",
-            self.name,
-            self.guard.lock().is_some(),
-            self.fencing_token
+            "Guard(name={}, held={}, fencing_token={})",
+            repr::string(py, &self.name),
+            repr::flag(self.guard.lock().is_some()),
+            repr::number(self.fencing_token)
         )
     }
 }

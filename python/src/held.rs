@@ -39,6 +39,14 @@ impl Holds {
         guard
     }
 
+    /// Every hold of `lock` by the calling thread, taken out, oldest first.
+    pub fn take(&self, lock: &str) -> Vec<LockGuard> {
+        self.by_lock_and_thread
+            .lock()
+            .remove(&key(lock))
+            .unwrap_or_default()
+    }
+
     /// How many holds of `lock` the calling thread took through `acquire()`.
     pub fn count(&self, lock: &str) -> usize {
         self.by_lock_and_thread

@@ -5,7 +5,9 @@ use pyo3::types::PyAny;
 use redis_rlock::{CountDownLatch, WaitOptions};
 
 use crate::cancel::PyCancelToken;
+use crate::count::Count;
 use crate::duration;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Redisson's `RCountDownLatch`: waiters are released when the count reaches zero.
@@ -29,8 +31,8 @@ impl PyCountDownLatch {
     }
 
     /// Sets the count if the latch is not set (zero); whether it did.
-    fn try_set_count(&self, py: Python<'_>, count: u64) -> PyResult<bool> {
-        quick(py, || self.latch.try_set_count(count))
+    fn try_set_count(&self, py: Python<'_>, count: Count<u64>) -> PyResult<bool> {
+        quick(py, || self.latch.try_set_count(count.0))
     }
 
     /// Decrements the count; at zero the waiters are released.
@@ -62,7 +64,10 @@ impl PyCountDownLatch {
         Ok(done.is_some())
     }
 
-    fn __repr__(&self) -> String {
-        format!("CountDownLatch(name={:?})", self.latch.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "CountDownLatch(name={})",
+            repr::string(py, self.latch.name())
+        )
     }
 }

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod cancel;
+mod count;
 mod duration;
 mod errors;
 mod guard;
@@ -16,12 +17,28 @@ mod latch;
 mod lock;
 mod lost;
 mod manager;
+mod repr;
 mod semaphore;
 mod settings;
 mod signals;
 mod wait;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyTuple};
+
+/// `Seconds`, the type of every duration argument: `Union[int, float, datetime.timedelta]`.
+fn seconds(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let timedelta = py.import("datetime")?.getattr("timedelta")?;
+    let members = PyTuple::new(
+        py,
+        [
+            py.get_type::<PyInt>().into_any(),
+            py.get_type::<PyFloat>().into_any(),
+            timedelta,
+        ],
+    )?;
+    py.import("typing")?.getattr("Union")?.get_item(members)
+}
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,5 +51,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<semaphore::PySemaphore>()?;
     module.add_class::<semaphore::PyPermitExpirableSemaphore>()?;
     module.add_class::<latch::PyCountDownLatch>()?;
+    module.add("Seconds", seconds(module.py())?)?;
     Ok(())
 }

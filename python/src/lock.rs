@@ -14,6 +14,7 @@ use crate::duration;
 use crate::errors;
 use crate::guard::Guard;
 use crate::held::Holds;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Acquires `lock` as Redisson's overloads do: `wait` `None` waits as long as it takes.
@@ -185,15 +186,18 @@ impl PyLock {
 
     /// `threading.RLock.acquire`: waits (`blocking`) up to `timeout` seconds (-1: no limit);
     /// whether it acquired. Reentrant; each acquire needs one `release()`.
-    #[pyo3(signature = (blocking=true, timeout=None, cancel=None))]
+    #[pyo3(
+        signature = (blocking=Truthy(true), timeout=None, cancel=None),
+        text_signature = "(self, blocking=True, timeout=-1, cancel=None)"
+    )]
     fn acquire(
         &self,
         py: Python<'_>,
-        blocking: bool,
+        blocking: Truthy,
         timeout: Option<&Bound<'_, PyAny>>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<bool> {
-        let wait = rlock_wait(blocking, timeout)?;
+        let wait = rlock_wait(blocking.0, timeout)?;
         let guard = acquire(py, self.lock.as_ref(), wait, Lease::Watchdog, false, cancel)?;
         Ok(match guard {
             Some(guard) => {
@@ -219,8 +223,32 @@ impl PyLock {
         self.holds.count(&self.holds_key()) > 0
     }
 
+    /// `threading.Condition.wait`'s first step, as on a `threading.RLock`: releases every
+    /// hold the calling thread took through `acquire()`; their number, for `_acquire_restore`.
+    fn _release_save(&self, py: Python<'_>) -> PyResult<usize> {
+        let guards = self.holds.take(&self.holds_key());
+        if guards.is_empty() {
+            return Err(errors::unacquired());
+        }
+        let count = guards.len();
+        // Latest first, as that many `release()` calls would.
+        quick(py, move || {
+            guards.into_iter().rev().try_for_each(LockGuard::unlock)
+        })?;
+        Ok(count)
+    }
+
+    /// `threading.Condition.wait`'s last step: acquires again as many holds as
+    /// `_release_save` released (the first waits as long as it takes).
+    fn _acquire_restore(&self, py: Python<'_>, count: usize) -> PyResult<()> {
+        for _ in 0..count {
+            self.acquire(py, Truthy(true), None, None)?;
+        }
+        Ok(())
+    }
+
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
-        self.acquire(py, true, None, None)
+        self.acquire(py, Truthy(true), None, None)
     }
 
     fn __exit__(
@@ -234,8 +262,23 @@ impl PyLock {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        format!("Lock(name={:?}, kind={:?})", self.lock.name(), self.kind)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Lock(name={}, kind={})",
+            repr::string(py, self.lock.name()),
+            repr::string(py, self.kind)
+        )
+    }
+}
+
+/// `threading.RLock.acquire`'s `blocking`: any object, taken for its truth value.
+pub struct Truthy(pub bool);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Truthy {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        value.is_truthy().map(Truthy)
     }
 }
 
@@ -290,7 +333,7 @@ impl PyReadWriteLock {
         )
     }
 
-    fn __repr__(&self) -> String {
-        format!("ReadWriteLock(name={:?})", self.lock.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("ReadWriteLock(name={})", repr::string(py, self.lock.name()))
     }
 }

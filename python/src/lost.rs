@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use pyo3::prelude::*;
 
+use crate::cancel::PyCancelToken;
 use crate::duration;
+use crate::errors;
+use crate::repr;
 
 /// How long a wait sleeps before it looks for signals (Ctrl-C) again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -58,11 +61,24 @@ impl LostEvent {
     }
 
     /// Waits until the lock is found lost or `timeout` seconds pass (`None`: no limit);
-    /// returns `is_set()`. Releases the GIL; Ctrl-C interrupts it.
-    #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    /// returns `is_set()`. Releases the GIL; `cancel` (`Cancelled`) and Ctrl-C interrupt it
+    /// within a slice.
+    #[pyo3(signature = (timeout=None, cancel=None))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        cancel: Option<&PyCancelToken>,
+    ) -> PyResult<bool> {
         let deadline = duration::opt_from_py(timeout, "timeout")?.map(|t| Instant::now() + t);
         loop {
+            if cancel.is_some_and(PyCancelToken::is_cancelled) {
+                return Err(errors::new(
+                    py,
+                    "Cancelled",
+                    "the wait for the lock's loss was cancelled".into(),
+                ));
+            }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let slice = left.map_or(SLICE, |l| l.min(SLICE));
             if py.detach(|| self.poll(slice)) {
@@ -76,6 +92,6 @@ impl LostEvent {
     }
 
     fn __repr__(&self) -> String {
-        format!("LostEvent(set={})", self.is_set())
+        format!("LostEvent(set={})", repr::flag(self.is_set()))
     }
 }

@@ -13,9 +13,10 @@ use crate::guard::Guard;
 use crate::held::Holds;
 use crate::latch::PyCountDownLatch;
 use crate::lock::{acquire, acquired, fixed, wait_of, PyLock, PyReadWriteLock};
+use crate::repr;
 use crate::semaphore::{PyPermitExpirableSemaphore, PySemaphore};
 use crate::settings;
-use crate::wait::quick;
+use crate::wait::detached;
 
 /// A connection to one Redis deployment. Create one per process (after any `os.fork()`) and
 /// share it between threads.
@@ -32,7 +33,7 @@ impl PyLockManager {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let builder = settings::apply(builder, kwargs)?;
-        let manager = quick(py, move || builder.build())?;
+        let manager = detached(py, move || builder.build())?;
         Ok(PyLockManager {
             manager,
             holds: Holds::default(),
@@ -209,6 +210,8 @@ impl PyLockManager {
     }
 
     /// Stops the manager: waits end with `Shutdown`, holds taken by `acquire()` are released.
+    /// Calls that do not wait (`is_locked()`, `force_unlock()`, releases, ...) keep working,
+    /// as the crate's `LockManager::shutdown` has them.
     fn shutdown(&self, py: Python<'_>) {
         let holds = self.holds.take_all();
         let manager = self.manager.clone();
@@ -250,7 +253,8 @@ impl PyLockManager {
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("LockManager(client_id={:?})", self.manager.client_id())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let id = repr::string(py, self.manager.client_id());
+        format!("LockManager(client_id={id})")
     }
 }

@@ -5,7 +5,9 @@ use pyo3::types::PyAny;
 use redis_rlock::{PermitExpirableSemaphore, Semaphore, WaitOptions};
 
 use crate::cancel::PyCancelToken;
+use crate::count::Count;
 use crate::duration;
+use crate::repr;
 use crate::wait::{blocking, quick};
 
 /// Redisson's `RSemaphore`: permits in Redis, shared by every client.
@@ -29,16 +31,19 @@ impl PySemaphore {
     }
 
     /// Sets the number of permits if none is set yet; whether it did.
-    fn try_set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<bool> {
-        quick(py, || self.semaphore.try_set_permits(permits))
+    fn try_set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<bool> {
+        quick(py, || self.semaphore.try_set_permits(permits.0))
     }
 
     /// Takes `permits`, waiting as long as it takes.
-    #[pyo3(signature = (permits=1, cancel=None))]
+    #[pyo3(
+        signature = (permits=Count(1), cancel=None),
+        text_signature = "(self, permits=1, cancel=None)"
+    )]
     fn acquire(
         &self,
         py: Python<'_>,
-        permits: u32,
+        permits: Count<u32>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<()> {
         blocking(py, None, cancel, |left, token| {
@@ -46,17 +51,23 @@ impl PySemaphore {
             if let Some(left) = left {
                 options = options.wait(left);
             }
-            Ok(self.semaphore.acquire_with(permits, options)?.then_some(()))
+            Ok(self
+                .semaphore
+                .acquire_with(permits.0, options)?
+                .then_some(()))
         })
         .map(drop)
     }
 
     /// Takes `permits` if they become free within `wait` seconds (0: one attempt); whether it did.
-    #[pyo3(signature = (permits=1, wait=None, cancel=None))]
+    #[pyo3(
+        signature = (permits=Count(1), wait=None, cancel=None),
+        text_signature = "(self, permits=1, wait=0.0, cancel=None)"
+    )]
     fn try_acquire(
         &self,
         py: Python<'_>,
-        permits: u32,
+        permits: Count<u32>,
         wait: Option<&Bound<'_, PyAny>>,
         cancel: Option<&PyCancelToken>,
     ) -> PyResult<bool> {
@@ -65,15 +76,18 @@ impl PySemaphore {
             let options = WaitOptions::new()
                 .cancel_token(token)
                 .wait(left.unwrap_or_default());
-            Ok(self.semaphore.acquire_with(permits, options)?.then_some(()))
+            Ok(self
+                .semaphore
+                .acquire_with(permits.0, options)?
+                .then_some(()))
         })?;
         Ok(taken.is_some())
     }
 
     /// Gives back `permits` (any client may release).
-    #[pyo3(signature = (permits=1))]
-    fn release(&self, py: Python<'_>, permits: u32) -> PyResult<()> {
-        quick(py, || self.semaphore.release(permits))
+    #[pyo3(signature = (permits=Count(1)), text_signature = "(self, permits=1)")]
+    fn release(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<()> {
+        quick(py, || self.semaphore.release(permits.0))
     }
 
     /// The permits free now.
@@ -82,8 +96,8 @@ impl PySemaphore {
     }
 
     /// Adds `permits` (negative: removes).
-    fn add_permits(&self, py: Python<'_>, permits: i32) -> PyResult<()> {
-        quick(py, || self.semaphore.add_permits(permits))
+    fn add_permits(&self, py: Python<'_>, permits: Count<i32>) -> PyResult<()> {
+        quick(py, || self.semaphore.add_permits(permits.0))
     }
 
     /// Takes every free permit; how many.
@@ -91,8 +105,11 @@ impl PySemaphore {
         quick(py, || self.semaphore.drain_permits())
     }
 
-    fn __repr__(&self) -> String {
-        format!("Semaphore(name={:?})", self.semaphore.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Semaphore(name={})",
+            repr::string(py, self.semaphore.name())
+        )
     }
 }
 
@@ -117,18 +134,18 @@ impl PyPermitExpirableSemaphore {
     }
 
     /// Sets the number of permits if none is set yet; whether it did.
-    fn try_set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<bool> {
-        quick(py, || self.semaphore.try_set_permits(permits))
+    fn try_set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<bool> {
+        quick(py, || self.semaphore.try_set_permits(permits.0))
     }
 
     /// Sets the number of permits.
-    fn set_permits(&self, py: Python<'_>, permits: u32) -> PyResult<()> {
-        quick(py, || self.semaphore.set_permits(permits))
+    fn set_permits(&self, py: Python<'_>, permits: Count<u32>) -> PyResult<()> {
+        quick(py, || self.semaphore.set_permits(permits.0))
     }
 
     /// Adds `permits` (negative: removes).
-    fn add_permits(&self, py: Python<'_>, permits: i32) -> PyResult<()> {
-        quick(py, || self.semaphore.add_permits(permits))
+    fn add_permits(&self, py: Python<'_>, permits: Count<i32>) -> PyResult<()> {
+        quick(py, || self.semaphore.add_permits(permits.0))
     }
 
     /// Takes one permit, waiting as long as it takes; its id. With `lease` seconds, the
@@ -146,7 +163,10 @@ impl PyPermitExpirableSemaphore {
     }
 
     /// Takes one permit if one becomes free within `wait` seconds; its id, or `None`.
-    #[pyo3(signature = (wait=None, lease=None, cancel=None))]
+    #[pyo3(
+        signature = (wait=None, lease=None, cancel=None),
+        text_signature = "(self, wait=0.0, lease=None, cancel=None)"
+    )]
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -159,12 +179,14 @@ impl PyPermitExpirableSemaphore {
         self.take(py, Some(wait), lease, cancel)
     }
 
-    /// Gives back permit `id`; `PermitNotHeld` if it is not acquired.
+    /// Gives back permit `id`; `PermitNotHeld` if it is not acquired, `InvalidArgument` if
+    /// `id` is not a permit id (32 hex characters).
     fn release(&self, py: Python<'_>, id: &str) -> PyResult<()> {
         quick(py, || self.semaphore.release(id))
     }
 
-    /// Gives back permit `id`; whether it was acquired.
+    /// Gives back permit `id`; whether it was acquired. `InvalidArgument` if `id` is not a
+    /// permit id.
     fn try_release(&self, py: Python<'_>, id: &str) -> PyResult<bool> {
         quick(py, || self.semaphore.try_release(id))
     }
@@ -190,8 +212,9 @@ impl PyPermitExpirableSemaphore {
         quick(py, || self.semaphore.acquired_permits())
     }
 
-    fn __repr__(&self) -> String {
-        format!("PermitExpirableSemaphore(name={:?})", self.semaphore.name())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let name = repr::string(py, self.semaphore.name());
+        format!("PermitExpirableSemaphore(name={name})")
     }
 }
 

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use redis_rlock::{LockManagerBuilder, PubSubProtocol, ShardedPubSubMode};
 
+use crate::count::Count;
 use crate::duration;
 
 /// The keywords accepted, for the error on an unknown one.
@@ -39,7 +40,7 @@ pub fn apply(
 fn one(b: LockManagerBuilder, key: &str, v: &Bound<'_, PyAny>) -> PyResult<LockManagerBuilder> {
     Ok(match key {
         "watchdog_timeout" => b.watchdog_timeout(duration::from_py(v, key)?),
-        "pool_size" => b.pool_size(v.extract()?),
+        "pool_size" => b.pool_size(v.extract::<Count<usize>>()?.0),
         "connect_timeout" => b.connect_timeout(duration::from_py(v, key)?),
         "response_timeout" => b.response_timeout(duration::from_py(v, key)?),
         "fair_lock_wait_timeout" => b.fair_lock_wait_timeout(duration::from_py(v, key)?),

@@ -13,28 +13,22 @@ use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
 use redis_rlock::CancelToken;
 
-/// `threading.main_thread()`'s pthread id, read once.
-static MAIN_THREAD: OnceLock<u64> = OnceLock::new();
-
 /// Whether the calling thread is Python's main thread (the one that runs signal handlers).
+///
+/// Asked of `threading` at each call, not remembered: after an `os.fork()` from another
+/// thread, that thread is the child's main thread.
 pub fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
-    let main = match MAIN_THREAD.get() {
-        Some(main) => *main,
-        None => {
-            let threading = py.import("threading")?;
-            let ident: u64 = threading
-                .call_method0("main_thread")?
-                .getattr("ident")?
-                .extract()?;
-            *MAIN_THREAD.get_or_init(|| ident)
-        }
-    };
+    let main: u64 = py
+        .import("threading")?
+        .call_method0("main_thread")?
+        .getattr("ident")?
+        .extract()?;
     // SAFETY: pthread_self has no preconditions; Python's thread ident is this value.
     let current = unsafe { libc::pthread_self() } as u64;
     Ok(current == main)

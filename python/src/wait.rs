@@ -3,12 +3,17 @@
 
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::RecvTimeoutError;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use redis_rlock::{CancelToken, Result};
 
 use crate::cancel::PyCancelToken;
 use crate::errors;
 use crate::signals::{on_main_thread, SignalWatcher};
+
+/// How often [`detached`] looks for signals (Ctrl-C) while it waits.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
 /// Runs `call` with the GIL released until it returns, its `wait` (`None`: no limit) passes,
 /// `cancel` is cancelled (`Cancelled`) or, on the main thread, a signal handler raises
@@ -69,6 +74,36 @@ fn attempt<T: Send>(
     let _link = cancel.map(|c| c.link(&token));
     py.detach(|| call(wait, &token))
         .map_err(|e| errors::to_py(py, e))
+}
+
+/// A call that cannot be given a token (building a manager), with the GIL released. On the
+/// main thread it runs on a thread of its own, so that a signal handler can run meanwhile: if
+/// one raises (Ctrl-C), its exception is raised at once and the call's result, when it
+/// comes, is dropped.
+pub fn detached<T: Send + 'static>(
+    py: Python<'_>,
+    call: impl FnOnce() -> Result<T> + Send + 'static,
+) -> PyResult<T> {
+    if !on_main_thread(py)? {
+        return quick(py, call);
+    }
+    let (send, receive) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("redis-rlock-call".into())
+        .spawn(move || {
+            let _ = send.send(call());
+        })?;
+    loop {
+        match py.detach(|| receive.recv_timeout(SIGNAL_SLICE)) {
+            Ok(result) => return result.map_err(|e| errors::to_py(py, e)),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err(
+                    "the call's thread ended without a result",
+                ))
+            }
+        }
+    }
 }
 
 /// A call that does not wait (a round trip or two), with the GIL released.

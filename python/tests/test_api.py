@@ -2,6 +2,7 @@
 
 import datetime
 import threading
+import time
 
 import pytest
 
@@ -382,3 +383,97 @@ def test_cancel_on_the_main_thread(manager, url, name, raw):
                 other.get_lock(name).acquire(cancel=token)
             timer.join()
     assert raw.exists(name) == 0
+
+
+def test_threading_condition_over_a_lock_held_twice(manager, name):
+    # Condition.wait releases every level (_release_save) and restores them (_acquire_restore),
+    # as over a threading.RLock: the notifier gets in although this thread holds it twice.
+    lock = manager.get_lock(name)
+    cond = threading.Condition(lock)
+    ready = []
+
+    def producer():
+        with cond:
+            ready.append(1)
+            cond.notify()
+
+    with cond:
+        with cond:
+            t = threading.Thread(target=producer)
+            t.start()
+            assert cond.wait_for(lambda: ready, timeout=30)
+            assert lock.hold_count() == 2
+        assert lock.hold_count() == 1
+    t.join(30)
+    assert not t.is_alive()
+    assert not lock.is_locked()
+    with pytest.raises(RuntimeError):
+        lock._release_save()
+
+
+@pytest.mark.parametrize("blocking", [0, 1, "", "yes", None, [], [1]])
+def test_acquire_takes_any_truthy_blocking(manager, name, blocking):
+    lock = manager.get_lock(name)
+    assert lock.acquire(blocking) is True
+    lock.release()
+    holder = manager.get_lock(name)
+    done = []
+    t = threading.Thread(target=lambda: (holder.acquire(), done.append(1)))
+    t.start()
+    t.join(30)
+    # Another thread holds it now: a non-blocking acquire returns False at once.
+    if not blocking:
+        assert lock.acquire(blocking) is False
+    else:
+        assert lock.acquire(blocking, 0.05) is False
+    assert done and lock.is_locked()
+
+
+def test_reprs_are_pythons(manager, name):
+    odd = name + "-'\"é\t"
+    guard = manager.lock_fenced(odd)
+    token = guard.fencing_token
+    assert repr(guard) == f"Guard(name={odd!r}, held=True, fencing_token={token})"
+    assert repr(guard.lost_event) == "LostEvent(set=False)"
+    guard.unlock()
+    assert repr(guard) == f"Guard(name={odd!r}, held=False, fencing_token={token})"
+    with manager.lock(odd) as plain:
+        assert repr(plain) == f"Guard(name={odd!r}, held=True, fencing_token=None)"
+    assert repr(redis_rlock.CancelToken()) == "CancelToken(cancelled=False)"
+    assert repr(manager.get_fair_lock(odd)) == f"Lock(name={odd!r}, kind='fair')"
+    assert repr(manager.get_read_write_lock(odd)) == f"ReadWriteLock(name={odd!r})"
+    assert repr(manager.get_semaphore(odd)) == f"Semaphore(name={odd!r})"
+    assert repr(manager.get_count_down_latch(odd)) == f"CountDownLatch(name={odd!r})"
+    assert repr(manager.get_permit_expirable_semaphore(odd)) == \
+        f"PermitExpirableSemaphore(name={odd!r})"
+    assert repr(manager) == f"LockManager(client_id={manager.client_id!r})"
+
+
+def test_lost_event_wait_takes_cancel(manager, name):
+    with manager.lock(name) as guard:
+        token = redis_rlock.CancelToken()
+        token.cancel()
+        with pytest.raises(redis_rlock.Cancelled):
+            guard.lost_event.wait(cancel=token)
+        # Cancelled from another thread while waiting without limit.
+        token = redis_rlock.CancelToken()
+        canceller = threading.Timer(0.2, token.cancel)
+        canceller.start()
+        started = time.monotonic()
+        with pytest.raises(redis_rlock.Cancelled):
+            guard.lost_event.wait(None, cancel=token)
+        assert time.monotonic() - started < 10
+        canceller.join()
+
+
+def test_a_failed_release_on_exit_keeps_the_body_exception_as_context(manager, name):
+    # Leaving `with` after an exception: the body's exception goes on, unless the release
+    # fails; then NotHeld is raised, the body's exception its __context__ (not lost).
+    with pytest.raises(ValueError):
+        with manager.lock(name):
+            raise ValueError("body")
+    with pytest.raises(redis_rlock.NotHeld) as info:
+        with manager.lock(name):
+            manager.get_lock(name).force_unlock()
+            raise ValueError("body")
+    assert isinstance(info.value.__context__, ValueError)

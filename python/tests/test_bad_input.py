@@ -1,6 +1,7 @@
 """Bad input gets a clear exception, never a panic or a hang."""
 
 import math
+import threading
 
 import pytest
 
@@ -72,6 +73,8 @@ def test_bad_settings(url):
     with pytest.raises(redis_rlock.InvalidArgument):
         LockManager(url, pool_size=0)
     with pytest.raises(redis_rlock.InvalidArgument):
+        LockManager(url, pool_size=-1)
+    with pytest.raises(redis_rlock.InvalidArgument):
         LockManager(url, watchdog_timeout=0.1)
     with pytest.raises(ValueError):
         LockManager(url, pubsub_protocol="resp9")
@@ -80,7 +83,64 @@ def test_bad_settings(url):
 
 
 def test_out_of_range_counts(manager, name):
-    with pytest.raises(OverflowError):
-        manager.get_semaphore(name).acquire(-1)
+    # Negative or too large for the count's type: a ValueError naming the range.
+    semaphore = manager.get_semaphore(name)
+    for call in (lambda: semaphore.acquire(-1), lambda: semaphore.try_acquire(-1),
+                 lambda: semaphore.release(-1), lambda: semaphore.try_set_permits(-1),
+                 lambda: semaphore.acquire(2**32), lambda: semaphore.add_permits(2**31),
+                 lambda: manager.get_permit_expirable_semaphore(name).set_permits(-5),
+                 lambda: manager.get_count_down_latch(name).try_set_count(-1)):
+        with pytest.raises(redis_rlock.InvalidArgument, match="is not between"):
+            call()
     with pytest.raises(redis_rlock.InvalidArgument):
         manager.get_semaphore(name).try_acquire(0)
+
+
+@pytest.mark.parametrize("wait", [9.3e18, 1.7e19, 10**19, 2**63])
+def test_too_long_waits_are_value_errors_everywhere(manager, name, wait):
+    # Whatever the thread and whether the lock is free: the wait is checked before any try.
+    lock = manager.get_lock(name)
+    calls = [lambda: manager.try_lock(name, wait),
+             lambda: manager.try_lock_with_lease(name, wait, 5),
+             lambda: manager.try_lock_fenced(name, wait),
+             lambda: lock.acquire(timeout=wait),
+             lambda: manager.get_semaphore(name).try_acquire(1, wait),
+             lambda: manager.get_count_down_latch(name).wait(wait)]
+    for call in calls:
+        for thread in (False, True):
+            errors = []
+
+            def run():
+                try:
+                    call()
+                except BaseException as e:  # noqa: BLE001 - the panic is a BaseException
+                    errors.append(e)
+
+            if thread:
+                t = threading.Thread(target=run)
+                t.start()
+                t.join(30)
+                assert not t.is_alive()
+            else:
+                run()
+            assert len(errors) == 1 and isinstance(errors[0], redis_rlock.InvalidArgument), errors
+    assert not lock.is_locked()
+
+
+def test_too_long_lost_event_wait_is_a_value_error(manager, name):
+    with manager.lock(name) as guard:
+        with pytest.raises(redis_rlock.InvalidArgument):
+            guard.lost_event.wait(1.7e19)
+
+
+def test_a_malformed_permit_id_is_a_value_error(manager, name):
+    # As the stub says: a malformed id is bad input; a well-formed one not acquired is
+    # PermitNotHeld.
+    semaphore = manager.get_permit_expirable_semaphore(name)
+    assert semaphore.try_set_permits(1)
+    for call in (semaphore.release, semaphore.try_release):
+        with pytest.raises(redis_rlock.InvalidArgument):
+            call("bogus")
+    with pytest.raises(redis_rlock.PermitNotHeld):
+        semaphore.release("0123456789abcdef0123456789abcdef")
+    assert semaphore.try_release("0123456789abcdef0123456789abcdef") is False

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -114,3 +115,96 @@ m.shutdown()
             child.kill()
             child.wait()
         other.shutdown()
+
+
+def test_ctrl_c_in_a_child_forked_from_another_thread(url, raw, name):
+    # The parent waits once on its main thread first (so the main thread is known), then forks
+    # from another thread: in the child that thread is the main one, and Ctrl-C must reach it.
+    script = r"""
+import os, sys, threading
+import redis_rlock
+url, name = sys.argv[1:3]
+m = redis_rlock.LockManager(url)
+m.lock(name + ":parent").unlock()
+m.shutdown()
+
+def fork_and_wait():
+    pid = os.fork()
+    if pid:
+        print("child", pid, flush=True)
+        os.waitpid(pid, 0)
+        return
+    code = 1
+    try:
+        child = redis_rlock.LockManager(url)
+        try:
+            child.lock(name)
+            print("acquired", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            code = 0
+        child.shutdown()
+    finally:
+        os._exit(code)
+
+t = threading.Thread(target=fork_and_wait)
+t.start()
+t.join()
+"""
+    other = redis_rlock.LockManager(url)
+    guard = other.lock(name)
+    parent = subprocess.Popen([sys.executable, "-c", script, url, name],
+                              stdout=subprocess.PIPE, text=True, cwd=HERE)
+    try:
+        words = parent.stdout.readline().split()
+        assert words[0] == "child", words
+        deadline = time.monotonic() + 30
+        while not waiters_registered(raw, name, "lock"):
+            assert time.monotonic() < deadline, "the child never waited"
+            time.sleep(0.01)
+        os.kill(int(words[1]), signal.SIGINT)
+        # Bounded: a child that did not see the signal is still blocked in lock().
+        out, _ = parent.communicate(timeout=30)
+        assert out.split() == ["interrupted"]
+    finally:
+        if parent.poll() is None:
+            guard.unlock()
+            parent.kill()
+            parent.wait()
+        other.shutdown()
+
+
+def test_ctrl_c_interrupts_a_manager_that_is_connecting():
+    # A listener that never answers: the manager's handshake waits for its timeouts (60 s).
+    script = r"""
+import sys, time
+import redis_rlock
+print("connecting", flush=True)
+try:
+    redis_rlock.LockManager(sys.argv[1], connect_timeout=60, response_timeout=60)
+    print("connected", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/"
+        child = subprocess.Popen([sys.executable, "-c", script, url],
+                                 stdout=subprocess.PIPE, text=True, cwd=HERE)
+        try:
+            assert child.stdout.readline().strip() == "connecting"
+            # The handshake is under way once the child's connection is queued.
+            silent.settimeout(30)
+            conn, _ = silent.accept()
+            sent = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=30)
+            took = time.monotonic() - sent
+            conn.close()
+            assert out.split() == ["interrupted"]
+            assert took < 20
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
