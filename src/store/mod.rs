@@ -378,8 +378,16 @@ impl LockStore {
     ) -> Result<Option<Failed>> {
         let redirects_left = time_left && route.redirects < REDIRECTS_MAX;
         if let Some((addr, ask)) = failed.redirection() {
-            if !redirects_left {
+            if !time_left {
                 return Ok(Some(failed));
+            }
+            if !redirects_left {
+                // The nodes send the command round in a circle: they disagree on who serves
+                // the slot (a migration or a failover whose news has not reached every node
+                // yet, slower on a loaded machine). Waited out as a failover is, by the
+                // deadline.
+                self.wait_for_agreement(route, operation, name, &failed, deadline)?;
+                return Ok(None);
             }
             route.redirects += 1;
             if ask {
@@ -427,6 +435,28 @@ impl LockStore {
             return Ok(Some(failed));
         }
         Ok(None)
+    }
+
+    /// After [`REDIRECTS_MAX`] redirections of one command: pauses, asks for the map again and
+    /// routes by it, with a new count of redirections.
+    fn wait_for_agreement(
+        &self,
+        route: &mut Route,
+        operation: Op,
+        name: &str,
+        failed: &Failed,
+        deadline: Instant,
+    ) -> Result<()> {
+        log::debug!(
+            "{operation} at {}: {failed:?} after {REDIRECTS_MAX} redirections; \
+             asking for the map again",
+            route.pool.addr()
+        );
+        route.redirects = 0;
+        pause_before_asking_again(deadline);
+        self.topology.refresh_by(route.generation, deadline);
+        (route.pool, route.generation) = self.topology.route_by(name, Some(deadline))?;
+        Ok(())
     }
 
     /// Runs `op` on a pooled connection to `pool`'s server by `deadline` (`ASKING` first when
