@@ -265,7 +265,10 @@ impl Engine {
         self.line.reset(keys);
     }
 
-    /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
+    /// Acquires a hold on `keys` for thread `thread` as `request` says; `None` when its wait
+    /// passed. The hold is `thread`'s, whichever thread runs the call: a [`crate::RedLock`]
+    /// sends its attempts from helper threads in the caller's name (Redisson's
+    /// `tryLockAsync(…, threadId)`).
     ///
     /// A call stopped (its token cancelled, the manager shut down) before it returns fails
     /// with that, and gives back a hold it got meanwhile (a handoff or a grant that raced
@@ -275,13 +278,14 @@ impl Engine {
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        thread: u64,
     ) -> Result<Option<Held>> {
         // Before anything else: a forked child must not even take the parent's local locks.
         self.check_process()?;
         let stop = self.stop(&keys.name, request.cancel.as_ref());
         stop.check()?; // stopped already: nothing is sent
-        self.check_family(kind, keys)?;
-        let held = self.acquire_useful(kind, keys, request, &stop)?;
+        self.check_family(kind, keys, thread)?;
+        let held = self.acquire_useful(kind, keys, request, thread, &stop)?;
         if let Err(err) = stop.check() {
             if let Some(held) = held {
                 if let Err(release) = self.release(keys, &held) {
@@ -299,8 +303,12 @@ impl Engine {
 
     /// Refuses a lock to a thread that holds the read-write lock of its name (see
     /// [`Family::conflicts_with`]): nothing is sent.
-    fn check_family(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> Result<()> {
-        let thread = current_thread_number();
+    fn check_family(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+    ) -> Result<()> {
         let Some(held) = self.holds.conflicting(kind, keys, thread) else {
             return Ok(());
         };
@@ -323,10 +331,11 @@ impl Engine {
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        thread: u64,
         stop: &Stop,
     ) -> Result<Option<Held>> {
         loop {
-            match self.acquire_once(kind, keys, request, stop)? {
+            match self.acquire_once(kind, keys, request, thread, stop)? {
                 // A reply that came back too late to leave a useful lease is not a lock: the
                 // server may count the lease from earlier than this side can prove. Release
                 // it and try again while the wait allows.
