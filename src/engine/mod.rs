@@ -52,6 +52,7 @@ use crate::store::scripts::Script;
 use crate::store::LockStore;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
+use crate::workers::Workers;
 use attempter::Attempter;
 use plan::Deployment;
 
@@ -80,6 +81,8 @@ pub(crate) struct Held {
 /// Everything a manager owns (see [`crate::LockManager`]).
 pub(crate) struct Engine {
     // Field order is drop order: stop the threads before the store they use goes away.
+    /// The helper threads that run a `RedLock`'s calls on this manager's master.
+    workers: Workers,
     subscriber: Subscriber,
     /// Held only to be dropped: its Drop stops and joins the renewal thread.
     _watchdog: Watchdog,
@@ -145,6 +148,7 @@ impl Engine {
         let subscriber = Subscriber::start(Arc::clone(&store), &client_id, config.response_timeout)
             .map_err(thread_error)?;
         Ok(Engine {
+            workers: Workers::new(),
             subscriber,
             _watchdog: watchdog,
             holds,
@@ -246,6 +250,12 @@ impl Engine {
 
     pub(crate) fn listener_count(&self) -> usize {
         self.subscriber.listener_count()
+    }
+
+    /// The helper threads that run calls on this manager's master at the same time as the
+    /// caller's (see [`crate::workers`]).
+    pub(crate) fn workers(&self) -> &Workers {
+        &self.workers
     }
 
     /// The owner field of the calling thread.

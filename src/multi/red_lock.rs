@@ -15,6 +15,7 @@ use crate::limits::check_wait;
 use crate::multi::fan_out::{self, Call};
 use crate::owner::current_thread_number;
 use crate::stop::Stop;
+use crate::workers::Workers;
 
 /// The pause between two rounds of attempts: short, and varied so that two clients that
 /// collided do not collide again in step (the distlock page's "random delay").
@@ -82,11 +83,11 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// holder and `false` for any other thread, which waits like anyone else. The guard may be
 /// moved to another thread and released there: it releases the holder's holds.
 ///
-/// A round or a release runs one master's call on the calling thread and each other one on
-/// a scoped thread started for it and joined before the call returns (N − 1 threads per
-/// round, about as many microseconds each as a round trip on loopback costs): no thread
-/// outlives the call, and there is no pool. A [`RedLockGuard::lost_signal`] has one watcher
-/// thread, joined when the guard is released.
+/// A round or a release runs one master's call on the calling thread and each other one on a
+/// helper thread of that master's manager: each manager keeps as many as the most calls ever
+/// in flight at once on it, asleep when idle, and joins them when it is dropped. No thread is
+/// started per round, and none outlives its manager. A [`RedLockGuard::lost_signal`] has one
+/// watcher thread, joined when the guard is released.
 ///
 /// An attempt whose reply was lost (a master that timed out) may still take the lock later,
 /// in the caller's name: a lost round releases it at once (unless the caller already held
@@ -303,19 +304,18 @@ impl RedLock {
         self.locks
             .iter()
             .map(|lock| -> Call<'_, AttemptResult> {
-                let options = options.clone();
-                Box::new(move || lock.acquire_for(options, &REENTRANT, thread))
+                let (options, attempting) = (options.clone(), lock.clone());
+                (
+                    lock.engine_in_any_process().workers(),
+                    Box::new(move || attempting.acquire_for(options, &REENTRANT, thread)),
+                )
             })
             .collect()
     }
 
     /// Sorts a round's attempts (in the order of `self.locks`) into holds won, masters
     /// missed, and errors.
-    fn tally(
-        &self,
-        attempts: Vec<std::io::Result<AttemptResult>>,
-        held_before: &[bool],
-    ) -> Tally<'_> {
+    fn tally(&self, attempts: Vec<AttemptResult>, held_before: &[bool]) -> Tally<'_> {
         let mut tally = Tally {
             members: Vec::with_capacity(self.locks.len()),
             missed: Vec::new(),
@@ -324,20 +324,13 @@ impl RedLock {
         };
         for ((lock, attempt), &held_before) in self.locks.iter().zip(attempts).zip(held_before) {
             match attempt {
-                Ok(Ok(Some(guard))) => tally.members.push(guard),
+                Ok(Some(guard)) => tally.members.push(guard),
                 // Refused: it took nothing.
-                Ok(Ok(None)) => {}
-                Ok(Err(err)) => {
+                Ok(None) => {}
+                Err(err) => {
                     tally.errors += 1;
                     tally.first_error.get_or_insert(err);
                     tally.missed.push(Missed { lock, held_before });
-                }
-                // No thread could run the attempt: nothing was sent.
-                Err(source) => {
-                    tally.errors += 1;
-                    tally
-                        .first_error
-                        .get_or_insert(Error::ThreadSpawn { source });
                 }
             }
         }
@@ -436,27 +429,37 @@ fn validity(lease: Lease, elapsed: Duration, members: &[LockGuard]) -> Duration 
 /// taken, on every master at once (a down master must not hold up the others). Failures are
 /// only logged: the holds expire with their lease anyway.
 fn release_everywhere(members: Vec<LockGuard>, missed: &[Missed<'_>], thread: u64) {
+    let locks: Vec<Lock> = members.iter().map(|guard| guard.lock().clone()).collect();
     let mut calls: Vec<Call<'_, Result<()>>> = Vec::with_capacity(members.len() + missed.len());
-    for guard in members {
-        calls.push(Box::new(move || {
-            guard.unlock().inspect_err(|err| {
-                log::debug!("redlock: releasing a losing round's hold failed: {err}");
-            })
-        }));
+    for (guard, lock) in members.into_iter().zip(&locks) {
+        calls.push((
+            workers_of(lock),
+            Box::new(move || {
+                guard.unlock().inspect_err(|err| {
+                    log::debug!("redlock: releasing a losing round's hold failed: {err}");
+                })
+            }),
+        ));
     }
     // A re-entry that errored may or may not have counted: the caller's hold there is left
     // as it is rather than lowered below what its guards account for.
     for missed in missed.iter().filter(|missed| !missed.held_before) {
-        calls.push(Box::new(move || {
-            missed
-                .lock
-                .release_hold_of_thread(thread)
-                .inspect_err(|err| {
+        let lock = missed.lock.clone();
+        calls.push((
+            workers_of(missed.lock),
+            Box::new(move || {
+                lock.release_hold_of_thread(thread).inspect_err(|err| {
                     log::debug!("redlock: releasing on a master that errored failed: {err}");
                 })
-        }));
+            }),
+        ));
     }
     fan_out::run_all(calls);
+}
+
+/// The helper threads of `lock`'s manager, which run the calls on its master.
+fn workers_of(lock: &Lock) -> &Workers {
+    lock.engine_in_any_process().workers()
 }
 
 /// A cheap varying number for the backoff (no `rand` dependency): the clock's nanoseconds
@@ -557,13 +560,16 @@ impl RedLockGuard {
 /// Releases `members` on their masters at once (a down master must not hold up the others)
 /// and reports the first error.
 fn release_all(members: Vec<LockGuard>) -> Result<()> {
+    let locks: Vec<Lock> = members.iter().map(|guard| guard.lock().clone()).collect();
     let calls = members
         .into_iter()
-        .map(|guard| -> Call<'_, Result<()>> { Box::new(move || guard.unlock()) })
+        .zip(&locks)
+        .map(|(guard, lock)| -> Call<'_, Result<()>> {
+            (workers_of(lock), Box::new(move || guard.unlock()))
+        })
         .collect();
     let mut first = None;
     for released in fan_out::run_all(calls) {
-        let released = released.unwrap_or_else(|source| Err(Error::ThreadSpawn { source }));
         if let Err(err) = released {
             first.get_or_insert(err);
         }
