@@ -235,6 +235,10 @@ impl RedLock {
 
     /// Refuses a set of locks on which `lock` would spin forever: none, or one lock twice.
     fn check_locks(&self) -> Result<()> {
+        for lock in &self.locks {
+            // A forked child is refused before anything of the parent's managers is touched.
+            lock.engine()?;
+        }
         if self.locks.is_empty() {
             // No round could ever reach a quorum: `lock` would spin forever.
             return Err(Error::invalid(
