@@ -161,6 +161,7 @@ mod stop;
 mod store;
 mod threads;
 mod topology;
+mod workers;
 
 /// The Lua scripts this crate sends, each documented with its KEYS and ARGV, for tools that
 /// replay the protocol raw (the benchmarks measure the lock against them) or audit it.

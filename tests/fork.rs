@@ -9,7 +9,7 @@ use redis_rlock_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use redis_rlock::{LockManager, Result};
+use redis_rlock::{LockManager, RedLock, Result};
 use support::RedisServer;
 
 /// The ids of the server's clients.
@@ -58,6 +58,15 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
     let semaphore = inherited.get_semaphore("fork:semaphore");
     assert!(semaphore.try_set_permits(2)?);
     let permits = semaphore.acquire_guard(1)?;
+    // A RedLock over `inherited` and a manager of another server (one name on two masters),
+    // used once: `inherited` has helper threads now, which the child will not have.
+    let other_server = RedisServer::start();
+    let other = LockManager::new(&other_server.url())?;
+    let red = RedLock::new(vec![
+        inherited.get_lock("fork:red"),
+        other.get_lock("fork:red"),
+    ]);
+    red.lock()?.unlock()?;
     let clients_before = client_ids(&mut conn);
     let publishes_before = support::command_calls(&mut conn, "publish");
 
@@ -78,12 +87,14 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
             && inherited
                 .get_count_down_latch("fork:latch")
                 .count_down()
-                .is_err_and(forked);
+                .is_err_and(forked)
+            && red.try_lock(Duration::ZERO).is_err_and(forked);
         let started = Instant::now();
         let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // The parent's permits: dropped here, they must not be given back.
             drop(permits);
             drop(semaphore);
+            drop(red);
             // The last reference in the child: Subscriber's and Watchdog's drops run here,
             // where their threads do not exist.
             drop(inherited);
@@ -92,6 +103,7 @@ fn a_forked_child_drops_inherited_managers_without_touching_the_parents() -> Res
         // parent's lock (same owner id). Leave them.
         std::mem::forget(guard);
         std::mem::forget(holder);
+        std::mem::forget(other);
         // Nothing to stop or wait for: no thread of the manager runs here.
         let prompt = started.elapsed() < Duration::from_millis(500);
         let code = match (refused, dropped.is_ok(), prompt) {

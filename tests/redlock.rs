@@ -310,40 +310,95 @@ fn holders(server: &RedisServer, key: &str) -> std::collections::HashMap<String,
     server.conn().hgetall(key).unwrap()
 }
 
-#[test]
-fn rounds_reuse_a_few_worker_threads_and_one_thread_locking_twice_does_not_re_enter() -> Result<()>
-{
-    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
-    let managers: Vec<_> = servers
+/// Five masters, managers with a long watchdog: nothing expires during a test.
+fn five_managers(servers: &[RedisServer]) -> Vec<LockManager> {
+    servers
         .iter()
         .map(|s| manager(s, Duration::from_secs(30)))
-        .collect();
-    let red = red_lock(&managers, "red:reused");
-    let mut owners = std::collections::HashSet::new();
-    for _ in 0..20 {
-        let guard = red.lock()?;
-        assert_eq!(guard.guards().len(), 3);
-        for (server, lock) in servers.iter().zip(red.locks()) {
-            let held = holders(server, "red:reused");
-            assert_eq!(held.len(), 1, "{held:?}");
-            assert_eq!(held.values().next(), Some(&1), "{held:?}");
-            owners.extend(held.into_keys());
-            // The holds are the workers', not this thread's.
-            assert!(!lock.is_held_by_current_thread()?);
-        }
-        // The same thread again: the workers that hold the lock are not asked to re-enter it.
-        assert!(red.try_lock(Duration::ZERO)?.is_none());
-        for server in &servers {
-            let held = holders(server, "red:reused");
-            assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
-        }
-        guard.unlock()?;
-        for server in &servers {
-            assert!(!key_exists(server, "red:reused"));
-        }
+        .collect()
+}
+
+#[test]
+fn the_holder_re_enters_a_red_lock_and_releases_it_in_two_unlocks() -> Result<()> {
+    let servers = five_servers();
+    let managers = five_managers(&servers);
+    let red = red_lock(&managers, "red:reentered");
+    let outer = red.lock()?;
+    let inner = red
+        .try_lock(Duration::ZERO)?
+        .expect("the holder re-enters at once");
+    assert_eq!(inner.guards().len(), 5);
+    for server in &servers {
+        let held = holders(server, "red:reentered");
+        assert_eq!(held.values().collect::<Vec<_>>(), [&2], "{held:?}");
     }
-    // 60 holds taken by at most the 16 workers of the process: no thread per attempt.
-    assert!(owners.len() <= 16, "{} owners: {owners:?}", owners.len());
+    for lock in red.locks() {
+        assert_eq!(lock.hold_count()?, 2);
+    }
+    inner.unlock()?;
+    for server in &servers {
+        let held = holders(server, "red:reentered");
+        assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
+    }
+    outer.unlock()?;
+    for server in &servers {
+        assert!(!key_exists(server, "red:reentered"));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_red_lock_is_held_by_the_thread_that_took_it_and_by_no_other() -> Result<()> {
+    let servers = five_servers();
+    let managers = five_managers(&servers);
+    let red = red_lock(&managers, "red:whose");
+    let guard = red.lock()?;
+    for lock in red.locks() {
+        assert!(lock.is_held_by_current_thread()?);
+        assert_eq!(lock.hold_count()?, 1);
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                for lock in red.locks() {
+                    assert!(!lock.is_held_by_current_thread().expect("asked"));
+                    assert_eq!(lock.hold_count().expect("asked"), 0);
+                }
+                // Not the holder: it waits like anyone else.
+                assert!(red.try_lock(Duration::ZERO).expect("tried").is_none());
+            })
+            .join()
+            .expect("the other thread's checks");
+    });
+    guard.unlock()?;
+    for lock in red.locks() {
+        assert!(!lock.is_held_by_current_thread()?);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_red_lock_guard_moved_to_another_thread_is_released_there() -> Result<()> {
+    let servers = five_servers();
+    let managers = five_managers(&servers);
+    let red = red_lock(&managers, "red:moved");
+    let guard = red.lock()?;
+    std::thread::spawn(move || guard.unlock())
+        .join()
+        .expect("the releasing thread")?;
+    for server in &servers {
+        assert!(!key_exists(server, "red:moved"));
+    }
+    for lock in red.locks() {
+        assert!(!lock.is_held_by_current_thread()?);
+    }
+    // The holder's count went back to zero: its next acquire is a fresh hold.
+    let again = red.lock()?;
+    for server in &servers {
+        let held = holders(server, "red:moved");
+        assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
+    }
+    again.unlock()?;
     Ok(())
 }
 
@@ -377,44 +432,5 @@ fn threads_of_one_process_sharing_a_red_lock_exclude_each_other() -> Result<()> 
     for server in &servers {
         assert!(!key_exists(server, "red:shared"));
     }
-    Ok(())
-}
-
-#[test]
-fn a_worker_whose_attempt_timed_out_is_kept_off_that_lock_while_its_hold_may_live() -> Result<()> {
-    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
-    let managers: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            LockManager::builder(&s.url())
-                .response_timeout(Duration::from_millis(300))
-                .connect_timeout(Duration::from_millis(300))
-                .build()
-                .expect("manager")
-        })
-        .collect();
-    let red = red_lock(&managers, "red:late");
-    let lease = Duration::from_secs(3);
-    servers[2].freeze();
-    let guard = red
-        .try_lock_with_lease(Duration::ZERO, lease)?
-        .expect("2 of 3 answered");
-    assert_eq!(guard.guards().len(), 2);
-    // The frozen master runs the attempt once thawed: a hold nobody has a guard for, owned
-    // by the worker that sent it.
-    servers[2].thaw();
-    assert!(support::eventually(Duration::from_secs(2), || key_exists(
-        &servers[2],
-        "red:late"
-    )));
-    guard.unlock()?;
-    // That worker would re-enter its own hold: another one tries that master, and is refused.
-    let again = red
-        .try_lock_with_lease(Duration::ZERO, lease)?
-        .expect("the two others are free");
-    assert_eq!(again.guards().len(), 2);
-    let held = holders(&servers[2], "red:late");
-    assert_eq!(held.values().collect::<Vec<_>>(), [&1], "{held:?}");
-    again.unlock()?;
     Ok(())
 }

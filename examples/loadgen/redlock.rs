@@ -26,9 +26,9 @@ pub(crate) const NETWORK_DELAYS: [(Duration, &str); 2] = [
 
 /// Redlock lock+unlock cycles over 5 masters (the run's server and 4 started here, all on
 /// this machine), against lock+unlock cycles on one of them, rounds alternating as in W1.
-/// A Redlock round tries every master at once on the process' fan-out workers (no thread is
-/// started per round), so its cycle is about the slowest master's plus the handoffs to the
-/// workers and back. With all five servers on this machine's cores, five masters also cost
+/// A Redlock round tries every master at once, the caller one and a helper thread of each
+/// other master's manager the others (no thread is started per round), so its cycle is about
+/// the slowest master's plus the handoffs to the helpers and back. With all five servers on this machine's cores, five masters also cost
 /// five times the CPU of one: the floor rows send the lock's two scripts raw to all five at
 /// once from one thread (every request written before any reply is read), against one master.
 ///

@@ -14,7 +14,6 @@ use crate::engine::line::{Entry, Join, Probed, Ticket, Wait, Yield};
 use crate::engine::options::Request;
 use crate::error::Result;
 use crate::names::LockKeys;
-use crate::owner::current_thread_number;
 use crate::stop::Stop;
 use crate::store::Attempt;
 
@@ -34,15 +33,15 @@ enum Entered {
 }
 
 impl Engine {
-    /// One acquire, until the request's deadline or the stop.
+    /// One acquire for thread `thread`, until the request's deadline or the stop.
     pub(super) fn acquire_once(
         &self,
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        thread: u64,
         stop: &Stop,
     ) -> Result<Option<Held>> {
-        let thread = current_thread_number();
         let started = Instant::now();
         let plan = AcquirePlan::new(&AcquireFacts {
             takes_turns: kind.takes_turns().is_some(),

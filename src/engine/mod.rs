@@ -52,6 +52,7 @@ use crate::store::scripts::Script;
 use crate::store::LockStore;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
+use crate::workers::Workers;
 use attempter::Attempter;
 use plan::Deployment;
 
@@ -80,6 +81,8 @@ pub(crate) struct Held {
 /// Everything a manager owns (see [`crate::LockManager`]).
 pub(crate) struct Engine {
     // Field order is drop order: stop the threads before the store they use goes away.
+    /// The helper threads that run a `RedLock`'s calls on this manager's master.
+    workers: Workers,
     subscriber: Subscriber,
     /// Held only to be dropped: its Drop stops and joins the renewal thread.
     _watchdog: Watchdog,
@@ -145,6 +148,7 @@ impl Engine {
         let subscriber = Subscriber::start(Arc::clone(&store), &client_id, config.response_timeout)
             .map_err(thread_error)?;
         Ok(Engine {
+            workers: Workers::new(),
             subscriber,
             _watchdog: watchdog,
             holds,
@@ -248,6 +252,12 @@ impl Engine {
         self.subscriber.listener_count()
     }
 
+    /// The helper threads that run calls on this manager's master at the same time as the
+    /// caller's (see [`crate::workers`]).
+    pub(crate) fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
     /// The owner field of the calling thread.
     pub(crate) fn current_owner(&self) -> String {
         owner_field(&self.client_id, current_thread_number())
@@ -265,7 +275,10 @@ impl Engine {
         self.line.reset(keys);
     }
 
-    /// Acquires a hold on `keys` as `request` says; `None` when its wait passed.
+    /// Acquires a hold on `keys` for thread `thread` as `request` says; `None` when its wait
+    /// passed. The hold is `thread`'s, whichever thread runs the call: a [`crate::RedLock`]
+    /// sends its attempts from helper threads in the caller's name (Redisson's
+    /// `tryLockAsync(…, threadId)`).
     ///
     /// A call stopped (its token cancelled, the manager shut down) before it returns fails
     /// with that, and gives back a hold it got meanwhile (a handoff or a grant that raced
@@ -275,13 +288,14 @@ impl Engine {
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        thread: u64,
     ) -> Result<Option<Held>> {
         // Before anything else: a forked child must not even take the parent's local locks.
         self.check_process()?;
         let stop = self.stop(&keys.name, request.cancel.as_ref());
         stop.check()?; // stopped already: nothing is sent
-        self.check_family(kind, keys)?;
-        let held = self.acquire_useful(kind, keys, request, &stop)?;
+        self.check_family(kind, keys, thread)?;
+        let held = self.acquire_useful(kind, keys, request, thread, &stop)?;
         if let Err(err) = stop.check() {
             if let Some(held) = held {
                 if let Err(release) = self.release(keys, &held) {
@@ -299,8 +313,12 @@ impl Engine {
 
     /// Refuses a lock to a thread that holds the read-write lock of its name (see
     /// [`Family::conflicts_with`]): nothing is sent.
-    fn check_family(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>) -> Result<()> {
-        let thread = current_thread_number();
+    fn check_family(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+    ) -> Result<()> {
         let Some(held) = self.holds.conflicting(kind, keys, thread) else {
             return Ok(());
         };
@@ -323,10 +341,11 @@ impl Engine {
         kind: &'static dyn LockKind,
         keys: &Arc<LockKeys>,
         request: &Request,
+        thread: u64,
         stop: &Stop,
     ) -> Result<Option<Held>> {
         loop {
-            match self.acquire_once(kind, keys, request, stop)? {
+            match self.acquire_once(kind, keys, request, thread, stop)? {
                 // A reply that came back too late to leave a useful lease is not a lock: the
                 // server may count the lease from earlier than this side can prove. Release
                 // it and try again while the wait allows.

@@ -1,19 +1,21 @@
 //! [`RedLock`]: the Redlock algorithm over independent masters (Redisson's `RedissonRedLock`).
 
 use std::fmt;
-use std::sync::OnceLock;
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
+use parking_lot::Mutex;
 
 use crate::cancel::CancelToken;
 use crate::engine::options::{AcquireOptions, Lease};
 use crate::error::{Error, Result};
-use crate::kinds::lock::{Lock, LockGuard};
+use crate::kinds::lock::{Lock, LockGuard, REENTRANT};
 use crate::limits::check_wait;
-use crate::multi::fan_out::{self, Task};
+use crate::multi::fan_out::{self, Call};
+use crate::owner::current_thread_number;
 use crate::stop::Stop;
+use crate::workers::Workers;
 
 /// The pause between two rounds of attempts: short, and varied so that two clients that
 /// collided do not collide again in step (the distlock page's "random delay").
@@ -53,8 +55,8 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 ///
 /// # How it acquires
 ///
-/// An acquisition runs in **rounds**. In a round every master is tried **at the same time**,
-/// each on a worker thread (see below), with a single attempt (`try_lock(Duration::ZERO)`,
+/// An acquisition runs in **rounds**. In a round every master is tried **at the same time**
+/// (see below), with a single attempt (`try_lock(Duration::ZERO)`,
 /// no waiting on pub/sub), so a round lasts about one round trip to the slowest master (a
 /// master that does not answer holds it up to its manager's response timeout). The round wins
 /// when at least N/2 + 1 masters granted the lock and the *validity* left is positive:
@@ -64,8 +66,8 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// For a watchdog lease the lease counted is the smallest confirmed lease left
 /// ([`LockGuard::remaining_lease`]) among the holds won, which already has the round's time
 /// taken off. A round that loses releases the lock on **every** master, including those
-/// whose attempt failed or errored (its reply may have been lost after Redis took the lock;
-/// releasing someone else's hold changes nothing), then sleeps 10–50 ms and tries again
+/// whose attempt errored (its reply may have been lost after Redis took the lock; releasing
+/// someone else's hold changes nothing), then sleeps 10–50 ms and tries again
 /// until the wait passes. When more than N/2 masters answered with an *error* (down,
 /// unreachable, timed out), this round could not win and the next would most likely fail
 /// the same way: the call releases everywhere and returns the first error at once instead of
@@ -74,20 +76,23 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 ///
 /// # Threads and owners
 ///
-/// No thread is started per round or per release. The attempts run on a small set of worker
-/// threads that every `RedLock` of the process shares: started on first use as rounds need
-/// them (as many as the most attempts and releases ever in flight at once, at most 16), then
-/// kept, asleep when idle, for the life of the process, however many locks there are. A
-/// release (of the guard, or of a lost round) runs one master's release on the calling thread
-/// and the others on the workers.
+/// The holds are the calling thread's, as with Redisson (`tryLockAsync(…, threadId)`): every
+/// attempt of a round is made in its name, whichever thread sends it. So a `RedLock` is
+/// reentrant: its holder taking it again re-enters on every master (hold count 2, released
+/// by two unlocks), and [`Lock::is_held_by_current_thread`] of its locks is `true` for the
+/// holder and `false` for any other thread, which waits like anyone else. The guard may be
+/// moved to another thread and released there: it releases the holder's holds.
 ///
-/// The holds belong to the workers' owner ids, not to the calling thread:
-/// [`Lock::is_held_by_current_thread`] is `false` for them and a second acquisition from the
-/// same thread does not re-enter, it waits like anyone else. The guard releases them from
-/// any thread. A worker is never given an attempt on a lock it holds through the same
-/// manager, nor on one it may hold (an attempt whose reply was lost or a release that failed,
-/// until that hold's lease has passed): its owner id would re-enter it, so two acquisitions
-/// in one process never share a hold.
+/// A round or a release runs one master's call on the calling thread and each other one on a
+/// helper thread of that master's manager: each manager keeps as many as the most calls ever
+/// in flight at once on it, asleep when idle, and joins them when it is dropped. No thread is
+/// started per round, and none outlives its manager. A [`RedLockGuard::lost_signal`] has one
+/// watcher thread, joined when the guard is released.
+///
+/// An attempt whose reply was lost (a master that timed out) may still take the lock later,
+/// in the caller's name: a lost round releases it at once (unless the caller already held
+/// that master, whose count it must not lower), a won round leaves it to expire with its
+/// lease, and meanwhile the caller's next acquisition re-enters it there.
 ///
 /// # What Redlock promises, and what it does not
 ///
@@ -213,11 +218,12 @@ impl RedLock {
         let stop = self.stop(token);
         stop.check()?; // nothing is sent
         let deadline = wait.map(|wait| Instant::now() + wait);
+        let thread = current_thread_number();
         let mut round = 0u64;
         loop {
             // A round is one attempt per master, each bounded by a response timeout: the
             // stop is looked at between rounds, and a round won as it came is given back.
-            if let Some(guard) = self.round(lease)? {
+            if let Some(guard) = self.round(lease, thread)? {
                 return keep_unless_stopped(guard, &stop).map(Some);
             }
             round += 1;
@@ -229,6 +235,10 @@ impl RedLock {
 
     /// Refuses a set of locks on which `lock` would spin forever: none, or one lock twice.
     fn check_locks(&self) -> Result<()> {
+        for lock in &self.locks {
+            // A forked child is refused before anything of the parent's managers is touched.
+            lock.engine()?;
+        }
         if self.locks.is_empty() {
             // No round could ever reach a quorum: `lock` would spin forever.
             return Err(Error::invalid(
@@ -268,97 +278,74 @@ impl RedLock {
         stop
     }
 
-    /// One round: every master tried at once; a guard if it won, `None` if it lost, the
-    /// error if more than N/2 masters errored.
-    fn round(&self, lease: Lease) -> Result<Option<RedLockGuard>> {
-        let tasks = self.attempts(lease);
+    /// One round for thread `thread` (the caller): every master tried at once; a guard if
+    /// it won, `None` if it lost, the error if more than N/2 masters errored.
+    fn round(&self, lease: Lease, thread: u64) -> Result<Option<RedLockGuard>> {
+        // Asked before the round: a master the caller held already keeps its count.
+        let held_before: Vec<bool> = self
+            .locks
+            .iter()
+            .map(Lock::is_held_here_by_current_thread)
+            .collect();
         let started = Instant::now();
-        let attempts = fan_out::run_all(tasks);
+        let attempts = fan_out::run_all(self.attempts(lease, thread));
         let elapsed = started.elapsed();
-        let tally = self.tally(attempts);
+        let tally = self.tally(attempts, &held_before);
         let validity = validity(lease, elapsed, &tally.members);
         if tally.members.len() >= self.quorum() && !validity.is_zero() {
-            return Ok(Some(self.won(tally, lease, validity)));
+            return Ok(Some(self.won(tally.members, lease, validity)));
         }
-        release_everywhere(tally.members, tally.owners, &tally.missed, lease);
+        release_everywhere(tally.members, &tally.missed, thread);
         if tally.errors > self.locks.len() / 2 {
             return Err(tally.first_error.expect("errors were counted"));
         }
         Ok(None)
     }
 
-    /// One attempt per master, none of them waiting.
-    fn attempts(&self, lease: Lease) -> Vec<Task<Attempt>> {
+    /// One attempt per master in the name of thread `thread`, none of them waiting.
+    fn attempts(&self, lease: Lease, thread: u64) -> Vec<Call<'_, AttemptResult>> {
         let options = AcquireOptions::new().wait(Duration::ZERO).lease(lease);
         self.locks
             .iter()
-            .map(|lock| {
-                let attempting = lock.clone();
-                let options = options.clone();
-                Task::attempt(lock, move || {
-                    // The thread number is the owner id of a hold this attempt may have taken
-                    // without its reply arriving: kept to release it.
-                    let attempt = attempting.acquire(options);
-                    (attempt, crate::owner::current_thread_number())
-                })
+            .map(|lock| -> Call<'_, AttemptResult> {
+                let (options, attempting) = (options.clone(), lock.clone());
+                (
+                    lock.engine_in_any_process().workers(),
+                    Box::new(move || attempting.acquire_for(options, &REENTRANT, thread)),
+                )
             })
             .collect()
     }
 
     /// Sorts a round's attempts (in the order of `self.locks`) into holds won, masters
     /// missed, and errors.
-    fn tally(&self, attempts: Vec<std::io::Result<Attempt>>) -> Tally<'_> {
+    fn tally(&self, attempts: Vec<AttemptResult>, held_before: &[bool]) -> Tally<'_> {
         let mut tally = Tally {
             members: Vec::with_capacity(self.locks.len()),
-            owners: Vec::with_capacity(self.locks.len()),
             missed: Vec::new(),
             first_error: None,
             errors: 0,
         };
-        for (lock, attempt) in self.locks.iter().zip(attempts) {
+        for ((lock, attempt), &held_before) in self.locks.iter().zip(attempts).zip(held_before) {
             match attempt {
-                Ok((Ok(Some(guard)), thread)) => {
-                    tally.members.push(guard);
-                    tally.owners.push(thread);
-                }
-                Ok((Ok(None), thread)) => tally.missed.push(Missed {
-                    lock,
-                    thread,
-                    errored: false,
-                }),
-                Ok((Err(err), thread)) => {
+                Ok(Some(guard)) => tally.members.push(guard),
+                // Refused: it took nothing.
+                Ok(None) => {}
+                Err(err) => {
                     tally.errors += 1;
                     tally.first_error.get_or_insert(err);
-                    tally.missed.push(Missed {
-                        lock,
-                        thread,
-                        errored: true,
-                    });
-                }
-                // No thread could run the attempt: nothing was sent.
-                Err(source) => {
-                    tally.errors += 1;
-                    tally
-                        .first_error
-                        .get_or_insert(Error::ThreadSpawn { source });
+                    tally.missed.push(Missed { lock, held_before });
                 }
             }
         }
         tally
     }
 
-    /// The guard of a round that won a quorum; the missed masters' workers are let go.
-    fn won(&self, tally: Tally<'_>, lease: Lease, validity: Duration) -> RedLockGuard {
-        // An attempt that errored may have left a hold, which expires with its lease.
-        for missed in &tally.missed {
-            let until = missed
-                .errored
-                .then(|| hold_expiry(missed.lock, fixed(lease)));
-            fan_out::end_claim(missed.lock, missed.thread, until);
-        }
+    /// The guard of a round that won a quorum with `members`.
+    fn won(&self, members: Vec<LockGuard>, lease: Lease, validity: Duration) -> RedLockGuard {
         RedLockGuard {
-            members: tally.members,
-            owners: tally.owners,
+            members,
+            watchers: Mutex::new(Vec::new()),
             quorum: self.quorum(),
             masters: self.locks.len(),
             validity: match lease {
@@ -369,15 +356,14 @@ impl RedLock {
     }
 }
 
-/// What one attempt came to, and the thread it ran on (the owner of a hold it took).
-type Attempt = (Result<Option<LockGuard>>, u64);
+/// What one attempt came to.
+type AttemptResult = Result<Option<LockGuard>>;
 
 /// A round's attempts, sorted.
 struct Tally<'a> {
     /// The holds won, one per master that granted the lock.
     members: Vec<LockGuard>,
-    /// The thread each member's hold was taken on: its owner.
-    owners: Vec<u64>,
+    /// The masters whose attempt errored.
     missed: Vec<Missed<'a>>,
     first_error: Option<Error>,
     /// How many masters failed with an error.
@@ -413,13 +399,12 @@ fn pause_between_rounds(round: u64, deadline: Option<Instant>, stop: &Stop) -> R
     Ok(true)
 }
 
-/// A master whose attempt in a round took no guard.
+/// A master whose attempt in a round failed with an error: it may have taken the lock, its
+/// reply lost.
 struct Missed<'a> {
     lock: &'a Lock,
-    /// The thread the attempt ran on: the owner of a hold it may have taken.
-    thread: u64,
-    /// Whether it failed with an error (so may have taken the lock, its reply lost).
-    errored: bool,
+    /// Whether the caller held that master before the round (its attempt was a re-entry).
+    held_before: bool,
 }
 
 impl fmt::Debug for RedLock {
@@ -444,68 +429,41 @@ fn validity(lease: Lease, elapsed: Duration, members: &[LockGuard]) -> Duration 
     lease.saturating_sub(elapsed).saturating_sub(drift)
 }
 
-/// Releases a lost round's holds, and the holds the missed attempts may have taken, on every
-/// master at once (a down master must not hold up the others). Failures are only logged:
-/// the holds expire with their lease anyway.
-fn release_everywhere(
-    members: Vec<LockGuard>,
-    owners: Vec<u64>,
-    missed: &[Missed<'_>],
-    lease: Lease,
-) {
-    let mut claims = Vec::with_capacity(members.len() + missed.len());
-    let mut tasks = Vec::with_capacity(members.len() + missed.len());
-    for (guard, thread) in members.into_iter().zip(owners) {
-        claims.push((guard.lock().clone(), thread, guard.lease(), false));
-        tasks.push(Task::anywhere(move || {
-            guard.unlock().inspect_err(|err| {
-                log::debug!("redlock: releasing a losing round's hold failed: {err}");
-            })
-        }));
+/// Releases a lost round's holds, and the holds thread `thread`'s errored attempts may have
+/// taken, on every master at once (a down master must not hold up the others). Failures are
+/// only logged: the holds expire with their lease anyway.
+fn release_everywhere(members: Vec<LockGuard>, missed: &[Missed<'_>], thread: u64) {
+    let locks: Vec<Lock> = members.iter().map(|guard| guard.lock().clone()).collect();
+    let mut calls: Vec<Call<'_, Result<()>>> = Vec::with_capacity(members.len() + missed.len());
+    for (guard, lock) in members.into_iter().zip(&locks) {
+        calls.push((
+            workers_of(lock),
+            Box::new(move || {
+                guard.unlock().inspect_err(|err| {
+                    log::debug!("redlock: releasing a losing round's hold failed: {err}");
+                })
+            }),
+        ));
     }
-    for missed in missed {
+    // A re-entry that errored may or may not have counted: the caller's hold there is left
+    // as it is rather than lowered below what its guards account for.
+    for missed in missed.iter().filter(|missed| !missed.held_before) {
         let lock = missed.lock.clone();
-        let thread = missed.thread;
-        claims.push((lock.clone(), thread, fixed(lease), missed.errored));
-        tasks.push(Task::anywhere(move || {
-            lock.release_hold_of_thread(thread).inspect_err(|err| {
-                log::debug!("redlock: releasing on a master that missed failed: {err}");
-            })
-        }));
+        calls.push((
+            workers_of(missed.lock),
+            Box::new(move || {
+                lock.release_hold_of_thread(thread).inspect_err(|err| {
+                    log::debug!("redlock: releasing on a master that errored failed: {err}");
+                })
+            }),
+        ));
     }
-    for ((lock, thread, fixed, errored), released) in
-        claims.into_iter().zip(fan_out::run_all(tasks))
-    {
-        // A hold may be left where the attempt errored (it may still run late) or the
-        // release did not get through.
-        let gone = !errored && released.is_ok_and(|released| is_gone(&released));
-        fan_out::end_claim(&lock, thread, (!gone).then(|| hold_expiry(&lock, fixed)));
-    }
+    fan_out::run_all(calls);
 }
 
-/// Whether a release leaves nothing of the hold on Redis.
-fn is_gone(released: &Result<()>) -> bool {
-    match released {
-        Ok(()) => true,
-        Err(err) => err.is_not_held(),
-    }
-}
-
-/// When a hold of `lock` that nobody renews any more has surely expired on its master:
-/// a fixed `lease`, or the manager's watchdog timeout, from now, plus the drift margin.
-fn hold_expiry(lock: &Lock, fixed: Option<Duration>) -> Instant {
-    let lease = fixed.unwrap_or_else(|| {
-        Duration::from_millis(lock.engine_in_any_process().config().watchdog_timeout_ms)
-    });
-    Instant::now() + lease + lease / 100 + Duration::from_millis(2)
-}
-
-/// The fixed lease of `lease`; `None` for the watchdog's.
-fn fixed(lease: Lease) -> Option<Duration> {
-    match lease {
-        Lease::Fixed(lease) => Some(lease),
-        Lease::Watchdog => None,
-    }
+/// The helper threads of `lock`'s manager, which run the calls on its master.
+fn workers_of(lock: &Lock) -> &Workers {
+    lock.engine_in_any_process().workers()
 }
 
 /// A cheap varying number for the backoff (no `rand` dependency): the clock's nanoseconds
@@ -523,8 +481,8 @@ fn jitter(round: u64) -> u64 {
 pub struct RedLockGuard {
     /// The holds won, one per master that granted the lock.
     members: Vec<LockGuard>,
-    /// The thread number that owns each of them (a fan-out worker's, claimed for it).
-    owners: Vec<u64>,
+    /// The threads following the lost signals handed out, stopped and joined at release.
+    watchers: Mutex<Vec<Watcher>>,
     quorum: usize,
     masters: usize,
     /// The validity computed at acquisition, for a fixed lease.
@@ -566,25 +524,23 @@ impl RedLockGuard {
     /// lost (each hold's [`LockGuard::lost_signal`]); disconnected if the guard is released
     /// first. Each call registers a new receiver: take one and keep it.
     ///
-    /// No thread per guard: the members' signals are combined by one watcher thread per
-    /// process, started by the first call, which waits on all registered signals with
-    /// `crossbeam_channel::Select` and forgets a registration once it has fired or its holds
-    /// are released.
+    /// Each call starts one watcher thread, which waits on the members' signals with
+    /// `crossbeam_channel::Select` until the quorum is lost or the guard is released; the
+    /// release stops and joins it.
     pub fn lost_signal(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         // The quorum is lost once more than N - quorum masters are; masters that never
         // granted the lock count as lost already, so of the holds, this many must go.
         let lost_needed = self.members.len() + 1 - self.quorum;
-        let watch = Watch {
-            signals: self.members.iter().map(LockGuard::lost_signal).collect(),
-            lost_needed,
-            tell: tx,
-        };
-        if let Err(crossbeam_channel::SendError(watch)) = watcher().send(watch) {
-            // No watcher thread could be started: fall back to telling now if already lost,
-            // otherwise the receiver stays silent until the guard is released.
-            if self.is_lost() {
-                let _ = watch.tell.try_send(());
+        let signals = self.members.iter().map(LockGuard::lost_signal).collect();
+        match Watcher::start(signals, lost_needed, tx) {
+            Ok(watcher) => self.watchers.lock().push(watcher),
+            Err((err, tell)) => {
+                // Told now if already lost; else silent until the guard is released.
+                log::warn!("redlock: cannot start a lost-quorum watcher: {err}");
+                if self.is_lost() {
+                    let _ = tell.try_send(());
+                }
             }
         }
         rx
@@ -593,31 +549,31 @@ impl RedLockGuard {
     /// Releases every hold and reports the first error; every master is tried (at once)
     /// whatever the others answer.
     pub fn unlock(mut self) -> Result<()> {
-        release_all(
-            std::mem::take(&mut self.members),
-            std::mem::take(&mut self.owners),
-        )
+        self.release()
+    }
+
+    /// Stops the watchers, then releases every hold (see [`unlock`](Self::unlock)).
+    fn release(&mut self) -> Result<()> {
+        for watcher in std::mem::take(&mut *self.watchers.lock()) {
+            watcher.stop();
+        }
+        release_all(std::mem::take(&mut self.members))
     }
 }
 
-/// Releases `members` (held by the threads `owners`) on their masters at once (a down master
-/// must not hold up the others) and reports the first error.
-fn release_all(members: Vec<LockGuard>, owners: Vec<u64>) -> Result<()> {
-    let mut claims = Vec::with_capacity(members.len());
-    let tasks = members
+/// Releases `members` on their masters at once (a down master must not hold up the others)
+/// and reports the first error.
+fn release_all(members: Vec<LockGuard>) -> Result<()> {
+    let locks: Vec<Lock> = members.iter().map(|guard| guard.lock().clone()).collect();
+    let calls = members
         .into_iter()
-        .zip(owners)
-        .map(|(guard, thread)| {
-            claims.push((guard.lock().clone(), thread, guard.lease()));
-            Task::anywhere(move || guard.unlock())
+        .zip(&locks)
+        .map(|(guard, lock)| -> Call<'_, Result<()>> {
+            (workers_of(lock), Box::new(move || guard.unlock()))
         })
         .collect();
     let mut first = None;
-    for ((lock, thread, fixed), released) in claims.into_iter().zip(fan_out::run_all(tasks)) {
-        // A release never lacks a thread (the caller runs it if need be); kept for form.
-        let released = released.unwrap_or_else(|source| Err(Error::ThreadSpawn { source }));
-        let until = (!is_gone(&released)).then(|| hold_expiry(&lock, fixed));
-        fan_out::end_claim(&lock, thread, until);
+    for released in fan_out::run_all(calls) {
         if let Err(err) = released {
             first.get_or_insert(err);
         }
@@ -628,11 +584,7 @@ fn release_all(members: Vec<LockGuard>, owners: Vec<u64>) -> Result<()> {
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
-        let (members, owners) = (
-            std::mem::take(&mut self.members),
-            std::mem::take(&mut self.owners),
-        );
-        if let Err(err) = release_all(members, owners) {
+        if let Err(err) = self.release() {
             log::warn!("releasing a redlock on drop failed: {err}");
         }
     }
@@ -648,7 +600,46 @@ impl fmt::Debug for RedLockGuard {
     }
 }
 
-/// One [`RedLockGuard::lost_signal`] receiver, as the watcher thread follows it.
+/// The thread that follows one [`RedLockGuard::lost_signal`] receiver.
+struct Watcher {
+    /// Dropped to stop the thread.
+    stop: Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Starts following `signals`, telling `tell` once `lost_needed` of them fired; the
+    /// error of the spawn, and `tell` back, when no thread could be started.
+    fn start(
+        signals: Vec<Receiver<()>>,
+        lost_needed: usize,
+        tell: Sender<()>,
+    ) -> std::result::Result<Self, (std::io::Error, Sender<()>)> {
+        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let watch = Watch {
+            signals,
+            lost_needed,
+            tell,
+        };
+        // The spawn consumes the watch even when it fails: keep a sender to hand back.
+        let tell = watch.tell.clone();
+        thread::Builder::new()
+            .name("redis-rlock-redlock-watch".into())
+            .spawn(move || watch.run(&stopped))
+            .map(|thread| Watcher { stop, thread })
+            .map_err(|err| (err, tell))
+    }
+
+    /// Stops the thread and waits for it to end.
+    fn stop(self) {
+        drop(self.stop);
+        if self.thread.join().is_err() {
+            log::warn!("redlock: a lost-quorum watcher panicked");
+        }
+    }
+}
+
+/// One [`RedLockGuard::lost_signal`] receiver, as its watcher thread follows it.
 struct Watch {
     /// The members' lost signals not yet fired nor disconnected.
     signals: Vec<Receiver<()>>,
@@ -657,60 +648,34 @@ struct Watch {
     tell: Sender<()>,
 }
 
-/// The process' one watcher thread's mailbox; it is started on first use. A sender whose
-/// thread could not be started has a dropped receiver, so sends fail.
-fn watcher() -> &'static Sender<Watch> {
-    static WATCHER: OnceLock<Sender<Watch>> = OnceLock::new();
-    WATCHER.get_or_init(|| {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let spawned = thread::Builder::new()
-            .name("redis-rlock-redlock-watch".into())
-            .spawn(move || watch(rx));
-        if let Err(err) = spawned {
-            log::warn!("redlock: cannot start the lost-quorum watcher: {err}");
-        }
-        tx
-    })
-}
-
-/// The watcher thread: waits on every registered member signal at once.
-fn watch(mailbox: Receiver<Watch>) {
-    let mut watches: Vec<Watch> = Vec::new();
-    loop {
-        let mut select = Select::new();
-        select.recv(&mailbox);
-        let mut index = Vec::new();
-        for (w, watch) in watches.iter().enumerate() {
-            for (s, signal) in watch.signals.iter().enumerate() {
+impl Watch {
+    /// Waits on every signal and on `stopped` at once, until the quorum is lost, every
+    /// signal is gone, or `stopped` disconnects (the guard is being released).
+    fn run(mut self, stopped: &Receiver<()>) {
+        while !self.signals.is_empty() {
+            let mut select = Select::new();
+            select.recv(stopped);
+            for signal in &self.signals {
                 select.recv(signal);
-                index.push((w, s));
+            }
+            let op = select.select();
+            if op.index() == 0 {
+                let _ = op.recv(stopped);
+                return;
+            }
+            let s = op.index() - 1;
+            let fired = op.recv(&self.signals[s]).is_ok();
+            drop(select); // it borrows the signals
+            self.signals.remove(s);
+            if fired {
+                self.lost_needed -= 1;
+                if self.lost_needed == 0 {
+                    let _ = self.tell.try_send(());
+                    return;
+                }
             }
         }
-        let op = select.select();
-        if op.index() == 0 {
-            match op.recv(&mailbox) {
-                Ok(watch) => watches.push(watch),
-                Err(_) => return, // the process is exiting
-            }
-            continue;
-        }
-        let (w, s) = index[op.index() - 1];
-        let fired = op.recv(&watches[w].signals[s]).is_ok();
-        drop(select); // it borrows the signals
-        let watch = &mut watches[w];
-        watch.signals.remove(s);
-        if fired {
-            watch.lost_needed -= 1;
-            if watch.lost_needed == 0 {
-                let _ = watch.tell.try_send(());
-                watches.remove(w);
-                continue;
-            }
-        }
-        if watch.signals.is_empty() {
-            // Every hold ended without the quorum being lost: released; dropping `tell`
-            // disconnects the receiver.
-            watches.remove(w);
-        }
+        // Every hold ended without the quorum being lost: dropping `tell` disconnects the
+        // receiver.
     }
 }

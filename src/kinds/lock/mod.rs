@@ -236,17 +236,37 @@ impl Lock {
         self.acquire_as(&REENTRANT, options)
     }
 
-    /// Acquires a hold of `kind` on this name (the other lock kinds' handles wrap a `Lock`).
+    /// Acquires a hold of `kind` on this name for the calling thread (the other lock kinds'
+    /// handles wrap a `Lock`).
     pub(crate) fn acquire_as(
         &self,
         kind: &'static dyn LockKind,
         options: AcquireOptions,
     ) -> Result<Option<LockGuard>> {
+        self.acquire_for(options, kind, crate::owner::current_thread_number())
+    }
+
+    /// Acquires a hold of `kind` that belongs to thread `thread`, whichever thread calls:
+    /// a `RedLock`'s attempts run on helper threads in its caller's name.
+    pub(crate) fn acquire_for(
+        &self,
+        options: AcquireOptions,
+        kind: &'static dyn LockKind,
+        thread: u64,
+    ) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
         let engine = self.engine()?;
         let request = options.request(engine.config().watchdog_timeout_ms)?;
-        let held = engine.acquire(kind, keys, &request)?;
+        let held = engine.acquire(kind, keys, &request, thread)?;
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))
+    }
+
+    /// Whether the calling thread holds the lock through this manager, as this process
+    /// counts its holds (no I/O).
+    pub(crate) fn is_held_here_by_current_thread(&self) -> bool {
+        let engine = self.engine_in_any_process();
+        self.keys()
+            .is_ok_and(|keys| engine.own_hold_count(&REENTRANT, keys) > 0)
     }
 
     /// Releases one hold of thread `thread` of this lock's manager, straight on Redis: for an
