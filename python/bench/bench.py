@@ -29,9 +29,9 @@ from servers import Server  # noqa: E402
 import redis_rlock  # noqa: E402
 
 try:
-    import redis_lock  # python-redis-lock
+    import redis_lock as python_redis_lock  # the package python-redis-lock
 except ImportError:  # pragma: no cover - the table says it is missing
-    redis_lock = None
+    python_redis_lock = None
 
 
 class Ours:
@@ -54,7 +54,7 @@ class PythonRedisLock:
         self.client = client
 
     def new(self, name):
-        return _PerThread(lambda: redis_lock.Lock(self.client, name, expire=30))
+        return _PerThread(lambda: python_redis_lock.Lock(self.client, name, expire=30))
 
     def close(self):
         pass
@@ -176,7 +176,7 @@ def main():
     cycles, seconds, rounds = (300, 1.0, 10) if args.quick else (3000, 3.0, 50)
     server = Server()
     client = server.client()
-    impls = [Ours, RedisPyLock] + ([PythonRedisLock] if redis_lock else [])
+    impls = [Ours, RedisPyLock] + ([PythonRedisLock] if python_redis_lock else [])
     # W1 in interleaved rounds (Rust, then each Python lock), so that the load of a shared
     # machine falls on all of them alike.
     opened = [cls(server.url, client) for cls in impls]
@@ -219,7 +219,7 @@ def main():
     if rust:
         print(f"| redis-rlock (Rust) | {rust:.1f} µs | | | | |")
         print(f"W1 p50 of redis_rlock over the Rust crate's: {rows[0][1] * 1e6 / rust:.2f}")
-    if not redis_lock:
+    if not python_redis_lock:
         print("(python-redis-lock is not installed: pip install python-redis-lock)")
 
 
