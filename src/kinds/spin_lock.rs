@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::kinds::lock::REENTRANT;
 use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
-use crate::store::scripts::{latched_script, not_a_lock_fn, refuse_data_hash, Script};
+use crate::store::scripts::{latched_script, refuse_non_lock_key, Script};
 use crate::store::{Attempt, LockStore, Op, Release};
 
 /// The spin lock's release: Redisson's `RLock` release without the message. `KEYS[1]` lock
@@ -55,17 +55,8 @@ return result
 /// `FORCE_UNLOCK`, a key that is not a hash, or a hash whose fields are not hold counts, is
 /// refused with WRONGTYPE and left alone: it is somebody's data, not a lock.
 pub const SPIN_FORCE_UNLOCK: &str = concat!(
-    not_a_lock_fn!(),
+    refuse_non_lock_key!(),
     r#"
-local kind = redis.call('type', KEYS[1])['ok']
-if kind ~= 'hash' and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
-end
-if kind == 'hash' and not_a_lock(KEYS[1]) then
-    "#,
-    refuse_data_hash!(),
-    r#"
-end
 return redis.call('del', KEYS[1])
 "#
 );

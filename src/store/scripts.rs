@@ -123,6 +123,25 @@ macro_rules! refuse_data_hash {
 }
 pub(crate) use refuse_data_hash;
 
+/// Lua for a script that deletes the lock key whatever holds it (a force unlock): `KEYS[1]`
+/// of another type, or a hash that is somebody's data, is refused with WRONGTYPE and left
+/// alone. Brings `not_a_lock` with it; `kind` (the key's type) is set for what follows.
+macro_rules! refuse_non_lock_key {
+    () => {
+        concat!(
+            $crate::store::scripts::not_a_lock_fn!(),
+            "\nlocal kind = redis.call('type', KEYS[1])['ok']\n",
+            "if kind ~= 'hash' and kind ~= 'none' then\n",
+            "    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')\n",
+            "end\n",
+            "if kind == 'hash' and not_a_lock(KEYS[1]) then\n    ",
+            $crate::store::scripts::refuse_data_hash!(),
+            "\nend\n"
+        )
+    };
+}
+pub(crate) use refuse_non_lock_key;
+
 /// Lua, where an acquire found the lock key held by another: `pttl` is its PTTL, and a hash
 /// without TTL that is somebody's data (`not_a_lock_fn!` must come first) is refused.
 macro_rules! holder_pttl {

@@ -4,7 +4,7 @@
 
 use crate::store::scripts::{
     attempt_script, holder_pttl, latched_script, not_a_lock_fn, refuse_data_hash,
-    replay_lock_reply, Script,
+    refuse_non_lock_key, replay_lock_reply, Script,
 };
 
 /// Lua: `server_ms()`, the server's clock in ms (a registered waiter's deadline is the
@@ -388,17 +388,8 @@ return out
 /// the head whose queue timeout passed are dropped first, as in the fair acquire, so that the
 /// message reaches one that still waits).
 pub const FORCE_UNLOCK: &str = concat!(
-    not_a_lock_fn!(),
+    refuse_non_lock_key!(),
     r#"
-local kind = redis.call('type', KEYS[1])['ok']
-if kind ~= 'hash' and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE the key holds a ' .. kind .. ', not a lock')
-end
-if kind == 'hash' and not_a_lock(KEYS[1]) then
-    "#,
-    refuse_data_hash!(),
-    r#"
-end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if redis.call('del', KEYS[1]) == 0 then
     return 0
