@@ -66,16 +66,40 @@ fn the_master_is_followed_through_a_failover() {
     }));
 
     let old = sentinel.kill_master();
-    let promoted = sentinel.wait_for_failover(old);
-    assert_ne!(promoted, old);
-    // More than a lease after the failover, the hold is still renewed: on the new master.
+    let first = sentinel.wait_for_failover(old);
     std::thread::sleep(Duration::from_secs(10));
+    // Under load the sentinels may fail over a second time (failover-timeout 5 s), to the
+    // other replica, demoting the first they promoted: the master is the one they name once
+    // its replica is in sync with it. Until then no acquire there is acknowledged, and the
+    // woken waiter's would be rolled back and tried again later (replica sync, not the
+    // listener this test is about).
+    let mut promoted = old;
+    assert!(
+        support::eventually(Duration::from_secs(60), || {
+            promoted = sentinel.wait_for_failover(old);
+            support::sentinel::replication_says(promoted, "state=online")
+        }),
+        "the new master's replica never synced"
+    );
+    if promoted != first {
+        // The second master had the hold only as the old master last renewed it: when it
+        // was named more than a lease after the kill, the hold is rightly lost (and the
+        // waiter may have taken the lock). The listener's following of such a switch is
+        // `a_waiting_manager_follows_a_master_switched_while_the_old_stays_up`.
+        eprintln!("the sentinels failed over twice ({first}, then {promoted}): not checked");
+        drop(held);
+        let _ = waiter.join().expect("waiter");
+        return;
+    }
+    // More than a lease after the failover, the hold is still renewed: on the new master.
     assert!(
         lost.try_recv().is_err(),
         "the hold was lost in the failover"
     );
-    let on_new = exists(promoted, "followed");
-    assert!(on_new, "the hold is on the new master");
+    assert!(
+        exists(promoted, "followed"),
+        "the hold is on the new master"
+    );
     held.unlock().expect("unlock on the new master");
     let released = Instant::now();
     let (unlocked, acquired) = waiter.join().expect("waiter").expect("try_lock");
@@ -90,6 +114,50 @@ fn the_master_is_followed_through_a_failover() {
     );
     let guard = manager.lock("after").expect("lock on the new master");
     guard.unlock().expect("unlock");
+}
+
+/// A manager that only waits sends nothing that would tell it of a master the sentinels
+/// switched to while the old one stayed up; its listener asks them when its connection has
+/// been quiet, and follows. Before, it listened on the old master, and the waiter slept
+/// through the holder's release on the new one until the lease ran out.
+#[test]
+fn a_waiting_manager_follows_a_master_switched_while_the_old_stays_up() {
+    let sentinel = RedisSentinel::start();
+    let holder = manager(&sentinel);
+    let waiting = manager(&sentinel);
+    // A lease the test outlasts: the waiter cannot get in on the old master by its expiry.
+    let held = holder
+        .lock_with_lease("switched", Duration::from_secs(120))
+        .expect("lock");
+    let waiter = {
+        let waiting = waiting.clone();
+        std::thread::spawn(move || {
+            waiting
+                .try_lock("switched", Duration::from_secs(60))
+                .map(|g| g.map(|g| g.unlock()))
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(10), || {
+        waiting.waiting_channel_count() == 1
+    }));
+
+    let promoted = sentinel.switch_master_by_hand();
+    let channel = "redisson_lock__channel:{switched}";
+    assert!(
+        support::eventually(Duration::from_secs(30), || {
+            support::numsub(&mut conn(promoted), channel) == 1
+        }),
+        "the waiter's listener never subscribed on the master the sentinels name"
+    );
+    // The key came to the new master by replication; the holder's release there wakes the
+    // waiter through the channel it listens to now.
+    held.unlock().expect("unlock on the new master");
+    waiter
+        .join()
+        .expect("waiter")
+        .expect("try_lock")
+        .expect("acquired on the new master")
+        .expect("unlock");
 }
 
 #[test]

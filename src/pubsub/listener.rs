@@ -138,6 +138,16 @@ fn is_master(shared: &Shared, addr: &str, refresh: bool) -> bool {
         .any(|pool| pool.addr() == addr)
 }
 
+/// [`is_master`] after asking the deployment again where masters move, unless another thread
+/// is asking already (that answer is then the next check's; a listener never waits for it).
+fn is_master_now(shared: &Shared, addr: &str) -> bool {
+    let topology = shared.store.topology();
+    if topology.capabilities().masters_move {
+        topology.refresh_unless_under_way(topology.map().generation);
+    }
+    is_master(shared, addr, false)
+}
+
 enum Served {
     Shutdown,
     /// The server is no longer a master.
@@ -298,7 +308,11 @@ impl<'a> Listener<'a> {
     ) -> RedisResult<Option<Served>> {
         let idle = quiet.since.elapsed();
         if idle >= CHECK_AFTER && !quiet.checked {
-            if !is_master(self.shared, self.addr, false) {
+            // Asked, not read from the map: a manager whose only business here is waiting
+            // sends nothing else that would learn of a master the sentinels switched to while
+            // this one stayed up (a failover they decided again under load; this server is
+            // demoted, and its clients cut, only later). Its waiters would sleep on here.
+            if !is_master_now(self.shared, self.addr) {
                 return Ok(Some(Served::Retired));
             }
             // The confirmation is a push, which a live connection always delivers.

@@ -318,6 +318,45 @@ impl RedisSentinel {
         old
     }
 
+    /// Makes the sentinels name a replica as the master while the old master stays up, a
+    /// master still, with its clients connected: what a manager sees for a while when the
+    /// sentinels decide a failover again under load (the server they promoted first is only
+    /// demoted, its clients cut, later). The replica gets `REPLICAOF NO ONE` and every sentinel
+    /// forgets the master and monitors the replica instead; returns its port once every
+    /// sentinel names it.
+    pub fn switch_master_by_hand(&self) -> u16 {
+        let promoted = self.replica_ports()[0];
+        let _: () = super::query(
+            &mut conn(promoted).expect("the replica"),
+            redis::cmd("REPLICAOF").arg("NO").arg("ONE"),
+        )
+        .expect("REPLICAOF NO ONE");
+        for &(_, sentinel) in &self.sentinels {
+            let mut c = conn(sentinel).expect("a sentinel");
+            let _: () = super::query(
+                &mut c,
+                redis::cmd("SENTINEL").arg("REMOVE").arg(MASTER_NAME),
+            )
+            .expect("SENTINEL REMOVE");
+            let _: () = super::query(
+                &mut c,
+                redis::cmd("SENTINEL")
+                    .arg("MONITOR")
+                    .arg(MASTER_NAME)
+                    .arg("127.0.0.1")
+                    .arg(promoted)
+                    .arg(2),
+            )
+            .expect("SENTINEL MONITOR");
+        }
+        wait_for("named the replica", || {
+            self.sentinels
+                .iter()
+                .all(|&(_, sentinel)| master_of(sentinel) == Some(promoted))
+        });
+        promoted
+    }
+
     /// Waits until the server at `port` says it is a replica.
     pub fn wait_for_demotion(&self, port: u16) {
         wait_for("demoted the old master", || {
