@@ -81,7 +81,15 @@ impl Engine {
         stop: &Stop,
         attempter: &mut Attempter<'_>,
     ) -> Result<Option<Got>> {
-        if self.first_attempt(attempter)? {
+        let first = self.first_attempt(attempter);
+        if first.is_err() && !attempter.request.one_attempt {
+            // The attempt may have run with its reply lost (a timeout): a fair lock's queue
+            // would keep a waiter that is gone until its queue timeout, holding back everyone
+            // behind it (Redisson 4.7 leaves the queue there too). A single attempt never
+            // queues.
+            attempter.abandon();
+        }
+        if first? {
             return Ok(Some(Got::AtOnce));
         }
         if attempter.request.one_attempt {
