@@ -3,7 +3,8 @@
 //! a cluster that has them (Valkey 9.0+ with `cluster-databases`), and fail the build on one
 //! that has not, rather than use database 0. Run on Valkey 9.1 with
 //! `REDIS_RLOCK_SERVER=<scripts/ensure-servers --print-dir>/valkey-9.1/valkey-server`; the
-//! first test is skipped on servers without numbered databases in cluster mode.
+//! first test is skipped on servers without numbered databases in cluster mode. The setting on
+//! a single server, last.
 
 use redis_rlock_testkit as support;
 
@@ -118,4 +119,17 @@ fn a_cluster_database_the_cluster_does_not_have_fails_the_build() {
         .database(0)
         .build()
         .expect("database 0 is every cluster's");
+}
+
+#[test]
+fn the_setting_takes_the_place_of_a_single_servers_url_database() {
+    let server = support::RedisServer::start();
+    let manager = LockManager::builder(&format!("{}1", server.url()))
+        .database(2)
+        .build()
+        .expect("a manager on database 2");
+    let _guard = manager.lock("db-lock").expect("lock");
+    let in_two: bool = node(server.port(), 2).exists("db-lock").expect("EXISTS");
+    let in_one: bool = node(server.port(), 1).exists("db-lock").expect("EXISTS");
+    assert!(in_two && !in_one, "in database 2, not the URL's 1");
 }
