@@ -437,6 +437,7 @@ fn several_permits_at_once_work_across_redisson_and_ours() -> Result<()> {
         &format!("redisson_sc:{{{NAME}}}"),
         2
     ));
+    let wakeups = manager.stats().wakeups;
     let released = Instant::now();
     assert_eq!(java_try_release_all(&mut conn, NAME, &java), 2);
     for _ in 0..2 {
@@ -447,6 +448,10 @@ fn several_permits_at_once_work_across_redisson_and_ours() -> Result<()> {
     assert!(
         took < Duration::from_secs(5),
         "woken by the message: {took:?}"
+    );
+    assert!(
+        manager.stats().wakeups > wakeups,
+        "by the message, not a poll"
     );
     Ok(())
 }

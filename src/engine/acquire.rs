@@ -82,12 +82,14 @@ impl Engine {
         attempter: &mut Attempter<'_>,
     ) -> Result<Option<Got>> {
         let first = self.first_attempt(attempter);
-        if first.is_err() && !attempter.request.one_attempt {
-            // The attempt may have run with its reply lost (a timeout): a fair lock's queue
-            // would keep a waiter that is gone until its queue timeout, holding back everyone
-            // behind it (Redisson 4.7 leaves the queue there too). A single attempt never
-            // queues.
-            attempter.abandon();
+        if let Err(err) = &first {
+            // A timed-out attempt may have run, its reply lost: a fair lock's queue would keep
+            // a waiter that is gone until its queue timeout, holding back everyone behind it
+            // (Redisson 4.7 leaves the queue there too). A single attempt never queues; a
+            // connection that failed sent nothing.
+            if err.is_timeout() && !attempter.request.one_attempt {
+                attempter.abandon();
+            }
         }
         if first? {
             return Ok(Some(Got::AtOnce));

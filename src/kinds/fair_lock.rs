@@ -358,7 +358,8 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 /// [`fair_lock_wait_timeout`](crate::LockManagerBuilder::fair_lock_wait_timeout) (5 minutes,
 /// as Redisson's `fairLockWaitTimeout`) after the place before it ran out; a waiter that stays longer (the holder keeps the lock that long)
 /// loses its place to waiters behind it and queues again at the end. A waiter that gives up,
-/// or whose first attempt failed (its reply lost: it may have queued), leaves the queue at once. `try_lock(Duration::ZERO)` makes one attempt and never queues.
+/// or whose first attempt timed out (it may have queued, its reply lost), leaves the queue at
+/// once. `try_lock(Duration::ZERO)` makes one attempt and never queues.
 ///
 /// The queue replaces the manager's local line: a fair lock's release never hands the lock to
 /// another local thread in the same call, so a contended fair lock costs a pub/sub hop per
