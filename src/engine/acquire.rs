@@ -81,7 +81,17 @@ impl Engine {
         stop: &Stop,
         attempter: &mut Attempter<'_>,
     ) -> Result<Option<Got>> {
-        if self.first_attempt(attempter)? {
+        let first = self.first_attempt(attempter);
+        if let Err(err) = &first {
+            // A timed-out attempt may have run, its reply lost: a fair lock's queue would keep
+            // a waiter that is gone until its queue timeout, holding back everyone behind it
+            // (Redisson 4.7 leaves the queue there too). A single attempt never queues; a
+            // connection that failed sent nothing.
+            if err.is_timeout() && !attempter.request.one_attempt {
+                attempter.abandon();
+            }
+        }
+        if first? {
             return Ok(Some(Got::AtOnce));
         }
         if attempter.request.one_attempt {

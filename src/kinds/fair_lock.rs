@@ -38,7 +38,8 @@ use crate::store::{Attempt, LockStore, Op, Release, UNLOCK_MESSAGE};
 /// caller: the caller leaves the queue and every remaining waiter's timeout comes
 /// `ARGV[3]` ms earlier (each moved up one place). Re-enters when the caller holds it.
 /// Otherwise, when asked to, appends the caller to the queue (if not there yet) with the
-/// timeout: the last waiter's timeout (or the lock's expiry when nobody waits) plus
+/// timeout: the last waiter's timeout (or the lock's expiry when nobody waits, or when the
+/// last waiter has no timeout, as Redisson 3.45 does) plus
 /// `ARGV[3]`. Replies nil (or `{token}` when fenced) when granted, else how long to wait
 /// before trying again in ms: the lock's PTTL when it is held (-1: no TTL), or, when it is
 /// free but others are ahead, until the head's timeout, at most 1 s. A hash without TTL whose
@@ -356,8 +357,9 @@ pub(crate) fn parse_attempt(reply: redis::Value, fenced: bool, name: &str) -> Re
 /// limit, for the manager's
 /// [`fair_lock_wait_timeout`](crate::LockManagerBuilder::fair_lock_wait_timeout) (5 minutes,
 /// as Redisson's `fairLockWaitTimeout`) after the place before it ran out; a waiter that stays longer (the holder keeps the lock that long)
-/// loses its place to waiters behind it and queues again at the end. A waiter that gives up
-/// leaves the queue at once. `try_lock(Duration::ZERO)` makes one attempt and never queues.
+/// loses its place to waiters behind it and queues again at the end. A waiter that gives up,
+/// or whose first attempt timed out (it may have queued, its reply lost), leaves the queue at
+/// once. `try_lock(Duration::ZERO)` makes one attempt and never queues.
 ///
 /// The queue replaces the manager's local line: a fair lock's release never hands the lock to
 /// another local thread in the same call, so a contended fair lock costs a pub/sub hop per

@@ -94,7 +94,7 @@ return redis.call('pttl', KEYS[1])
 /// `ARGV[3]` publish command, `ARGV[4]` latch TTL ms.
 ///
 /// A repeated call (same latch) gets the first reply. Nothing held at all: `0` is published
-/// anyway (as Redisson does) and the reply is nil. The owner has no read hold: nil. Else its
+/// anyway (as Redisson does) and the reply is nil (Redisson's too, since 3.44). The owner has no read hold: nil. Else its
 /// count goes down (the field goes at 0) and its newest timeout key is deleted. If other
 /// fields remain, the hash's TTL becomes the longest TTL among all remaining read timeout
 /// keys, and the reply is 0 (still held); if none has any TTL left, a lock in `write` mode is

@@ -54,6 +54,7 @@ pub struct LockManagerBuilder {
     tls_root_certificate: Option<Vec<u8>>,
     pubsub_protocol: PubSubProtocol,
     sharded_pubsub: ShardedPubSubMode,
+    database: Option<u32>,
 }
 
 #[derive(Clone)]
@@ -93,6 +94,7 @@ impl LockManagerBuilder {
             tls_root_certificate: None,
             pubsub_protocol: PubSubProtocol::Auto,
             sharded_pubsub: ShardedPubSubMode::Auto,
+            database: None,
         }
     }
 
@@ -238,6 +240,26 @@ impl LockManagerBuilder {
         self
     }
 
+    /// The database number every connection selects, in place of the URLs' `/db` (Redisson's
+    /// `database`). A lock lives in one database: every client sharing it must select the same.
+    ///
+    /// On a cluster (where the URLs' `/db` is read the same way), only Valkey 9.0 and later
+    /// with `cluster-databases` above `db` has more than database 0 (Redisson's
+    /// `ClusterServersConfig.database`, 4.0); [`build`](Self::build) asks a node to `SELECT`
+    /// it and fails with [`Error::InvalidArgument`] when refused, rather than use database 0.
+    /// At most 2^31 − 1.
+    ///
+    /// ```no_run
+    /// let manager = redis_rlock::LockManager::cluster_builder(&["redis://10.0.0.1:7000/"])
+    ///     .database(2)
+    ///     .build()?;
+    /// # Ok::<(), redis_rlock::Error>(())
+    /// ```
+    pub fn database(mut self, db: u32) -> Self {
+        self.database = Some(db);
+        self
+    }
+
     /// The endpoints and checked settings a manager starts with; the first bad one is the
     /// error. [`build`](Self::build) (in `crate::manager`) starts the manager from them.
     pub(crate) fn settings(&self) -> Result<(Endpoints, Config)> {
@@ -272,6 +294,12 @@ impl LockManagerBuilder {
         let fair_lock_wait_timeout_ms =
             to_millis("fair lock wait timeout", self.fair_lock_wait_timeout)?;
         to_millis("replica sync timeout", self.replica_sync_timeout)?;
+        if let Some(db) = self.database.filter(|&db| i32::try_from(db).is_err()) {
+            return Err(Error::invalid(
+                "database",
+                format!("{db} is above the largest database number, 2^31 - 1"),
+            ));
+        }
         Ok(Config {
             watchdog_timeout_ms,
             pool_size: self.pool_size,
@@ -283,6 +311,7 @@ impl LockManagerBuilder {
             replica_sync_timeout: self.replica_sync_timeout,
             pubsub_protocol: self.pubsub_protocol,
             sharded_pubsub: self.sharded_pubsub,
+            database: self.database.map(i64::from),
         })
     }
 }
@@ -316,6 +345,7 @@ impl std::fmt::Debug for LockManagerBuilder {
             .field("tls_root_certificate", &self.tls_root_certificate.is_some())
             .field("pubsub_protocol", &self.pubsub_protocol)
             .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("database", &self.database)
             .finish()
     }
 }
@@ -345,6 +375,7 @@ mod tests {
             base.clone().connect_timeout(Duration::ZERO),
             base.clone().response_timeout(Duration::from_nanos(5)),
             base.clone().fair_lock_wait_timeout(Duration::ZERO),
+            base.clone().database(1 << 31),
         ];
         for case in cases {
             let err = case.validate().unwrap_err();

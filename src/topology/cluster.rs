@@ -63,6 +63,41 @@ impl Cluster {
             tried,
         })
     }
+
+    /// Refuses a database other than 0 that the cluster does not have: only Valkey 9.0 and
+    /// later, with `cluster-databases` above it, lets cluster connections `SELECT` one. Asked
+    /// of the first seed that answers (on database 0), so that the refusal is named when the
+    /// manager is built, not by its first lock; when no seed answers, discovery says why.
+    pub(crate) fn check_database(&self, nodes: &Nodes) -> Result<()> {
+        let db = nodes.template.redis_settings().db();
+        if db == 0 {
+            return Ok(());
+        }
+        for seed in &self.seeds {
+            let on_zero = seed.redis_settings().clone().set_db(0);
+            let Ok(mut conn) = nodes.probe(seed.clone().set_redis_settings(on_zero)) else {
+                continue;
+            };
+            match redis::cmd("SELECT").arg(db).query::<()>(&mut conn) {
+                Ok(()) => return Ok(()),
+                // No answer: another seed may give one.
+                Err(lost) if lost.is_io_error() || lost.is_timeout() => continue,
+                Err(refused) => {
+                    return Err(Error::invalid(
+                        "cluster database",
+                        format!(
+                            "{db}: {} refuses it ({}); only Valkey 9.0 and later with \
+                             cluster-databases above {db} has numbered databases in cluster \
+                             mode",
+                            seed.addr(),
+                            refused.detail().unwrap_or("refused"),
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Counts each master's replicas: its own list, or `CLUSTER SLOTS`' (`listed`, by address)

@@ -23,6 +23,8 @@ pub(crate) struct Config {
     /// What the pub/sub listeners speak.
     pub(crate) pubsub_protocol: PubSubProtocol,
     pub(crate) sharded_pubsub: ShardedPubSubMode,
+    /// The database every connection selects, in place of the URLs' own.
+    pub(crate) database: Option<i64>,
 }
 
 /// PEM bytes, shown by `Debug` as their size only.

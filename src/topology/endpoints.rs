@@ -4,9 +4,10 @@
 //! - `redis://`, `rediss://`, `redis+unix://`: one server (redis-rs' own URL format).
 //! - `redis-sentinel://[[user:]password@]host1[:port1][,host2[:port2]...][/db]#master`:
 //!   Lettuce's form for Sentinel (also `rediss-sentinel://` for TLS). Ports default to 26379.
-//! - `redis-cluster://[[user:]password@]host1[:port1][,host2[:port2]...][/]`: this crate's
+//! - `redis-cluster://[[user:]password@]host1[:port1][,host2[:port2]...][/db]`: this crate's
 //!   form for a cluster's seed nodes, built like the Sentinel one (also `rediss-cluster://`).
-//!   Ports default to 6379; a cluster has only database 0.
+//!   Ports default to 6379. A `/db` other than 0 needs a cluster that has numbered databases
+//!   (Valkey 9.0+ with `cluster-databases`): checked when the manager starts.
 //!
 //! Each form turns into plain `redis://` (or `rediss://`) URLs, one per host, carrying the
 //! credentials, so everything after this file speaks redis-rs' format only.

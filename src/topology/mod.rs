@@ -64,15 +64,18 @@ pub(crate) struct Topology {
 }
 
 /// How the masters of `endpoints` are found, and the connection settings every node's
-/// connection starts from (the first URL's).
-fn discovery_of(endpoints: &Endpoints) -> Result<(Discovery, ConnectionInfo)> {
+/// connection starts from (the first URL's, with `database` in place of its own if given).
+fn discovery_of(
+    endpoints: &Endpoints,
+    database: Option<i64>,
+) -> Result<(Discovery, ConnectionInfo)> {
     let parse_all = |urls: &[String]| {
         urls.iter()
-            .map(|url| parse_url(url))
+            .map(|url| parse_url(url).map(|info| with_database(info, database)))
             .collect::<Result<Vec<_>>>()
     };
     match endpoints {
-        Endpoints::Server(url) => Ok((Discovery::Server, parse_url(url)?)),
+        Endpoints::Server(url) => Ok((Discovery::Server, with_database(parse_url(url)?, database))),
         Endpoints::Sentinel {
             sentinels,
             master_name,
@@ -84,23 +87,31 @@ fn discovery_of(endpoints: &Endpoints) -> Result<(Discovery, ConnectionInfo)> {
         }
         Endpoints::Cluster { seeds } => {
             let seeds = parse_all(seeds)?;
-            if let Some(seed) = seeds.iter().find(|seed| seed.redis_settings().db() != 0) {
-                return Err(Error::invalid(
-                    "cluster node URL",
-                    format!("{}: a cluster has only database 0", seed.addr()),
-                ));
-            }
             let template = seeds[0].clone();
             Ok((Discovery::Cluster(Cluster::new(seeds)), template))
         }
     }
 }
 
+/// `info` selecting `database` instead of its own, if given.
+fn with_database(info: ConnectionInfo, database: Option<i64>) -> ConnectionInfo {
+    match database {
+        Some(db) => {
+            let settings = info.redis_settings().clone().set_db(db);
+            info.set_redis_settings(settings)
+        }
+        None => info,
+    }
+}
+
 impl Topology {
     /// Reads the endpoints and finds the masters (a wrong address or password fails here).
     pub(crate) fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self> {
-        let (discovery, template) = discovery_of(endpoints)?;
+        let (discovery, template) = discovery_of(endpoints, config.database)?;
         let nodes = Nodes::new(template, config);
+        if let Discovery::Cluster(cluster) = &discovery {
+            cluster.check_database(&nodes)?;
+        }
         let started = Instant::now();
         let map = discover(&discovery, &nodes, &Map::empty())?;
         let capabilities = Capabilities::of(deployment(&discovery, &map, config)?);

@@ -57,7 +57,13 @@ impl RedisCluster {
     /// Starts six nodes, joins them as 3 masters with a replica each, and waits until every
     /// node sees all slots served and every replica is in sync.
     pub fn start() -> Self {
-        Self::start_on(None)
+        Self::start_on(None, &[])
+    }
+
+    /// [`start`](Self::start) with `extra_args` on every node's command line
+    /// (`["--cluster-databases", "16"]` for Valkey 9's numbered databases).
+    pub fn start_with(extra_args: &[&str]) -> Self {
+        Self::start_on(None, extra_args)
     }
 
     /// [`start`](Self::start) reached off loopback (opt-in, see [`Network`]): every node
@@ -65,11 +71,11 @@ impl RedisCluster {
     /// which runs in `network.netns` when given, on its address. `redis-cli` places one
     /// master per address first, so that node is a master (of slots 0-5460).
     pub fn with_network(network: &Network) -> Self {
-        Self::start_on(Some(network))
+        Self::start_on(Some(network), &[])
     }
 
-    fn start_on(network: Option<&Network>) -> Self {
-        let args = [
+    fn start_on(network: Option<&Network>, extra_args: &[&str]) -> Self {
+        let mut args = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -77,6 +83,7 @@ impl RedisCluster {
             "--cluster-node-timeout",
             "2000",
         ];
+        args.extend_from_slice(extra_args);
         let servers: Vec<RedisServer> = (0..6)
             .map(|i| match network {
                 None => RedisServer::start_below(&args, 55535),
