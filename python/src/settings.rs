@@ -20,6 +20,7 @@ const NAMES: &[&str] = &[
     "tls_root_certificate",
     "pubsub_protocol",
     "sharded_pubsub_mode",
+    "database",
 ];
 
 /// `builder` with every setting of `settings` applied; an unknown keyword is a `TypeError`.
@@ -49,6 +50,7 @@ fn one(b: LockManagerBuilder, key: &str, v: &Bound<'_, PyAny>) -> PyResult<LockM
         "tls_root_certificate" => b.tls_root_certificate(pem(v)?),
         "pubsub_protocol" => b.pubsub_protocol(protocol(&v.extract::<String>()?)?),
         "sharded_pubsub_mode" => b.sharded_pubsub_mode(sharded(&v.extract::<String>()?)?),
+        "database" => b.database(v.extract::<Count<u32>>()?.0),
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "LockManager() got an unexpected keyword argument {key:?} (settings: {})",

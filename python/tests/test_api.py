@@ -282,6 +282,16 @@ def test_cancel_token_ends_a_wait_and_leaves_nothing(manager, name, raw):
             call()
 
 
+def test_database_setting_replaces_the_urls(url, name):
+    with LockManager(url, database=3) as m, LockManager(url.rstrip("/") + "/3") as three, \
+            LockManager(url) as zero:
+        with m.lock(name):
+            assert three.get_lock(name).is_locked()
+            assert not zero.get_lock(name).is_locked()
+    with pytest.raises((ValueError, OverflowError, TypeError)):
+        LockManager(url, database=-1)
+
+
 def test_manager_context_and_shutdown(url, name):
     with LockManager(url, pool_size=2, connect_timeout=2, response_timeout=2,
                      replica_sync=False, fair_lock_wait_timeout=5,
