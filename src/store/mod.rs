@@ -15,7 +15,8 @@
 //! - `latches`: the latches that make releases safe to send again;
 //! - `resend`: whether a failed command is sent again, and how failures are told;
 //! - `replicas`: waiting for replicas' acknowledgements (replica sync);
-//! - `renewal`: the watchdog's renewal sweeps, one pipeline per master.
+//! - `renewal`: the watchdog's renewal sweeps, one pipeline per master;
+//! - `newer_commands`: which newer compare-and-set commands the servers know, learnt by trying.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use crate::topology::Topology;
 pub(crate) mod acl;
 pub(crate) mod eviction;
 mod latches;
+pub(crate) mod newer_commands;
 mod renewal;
 mod replicas;
 mod replies;
@@ -81,6 +83,8 @@ pub(crate) struct LockStore {
     last_latch: Mutex<HashMap<Box<str>, Vec<String>>>,
     /// What this client sent; the listener and the watchdog count here too.
     pub(crate) counters: Arc<Counters>,
+    /// Which newer commands the servers know (the string lock's `SET … IFEQ`, `DELIFEQ`).
+    pub(crate) newer: newer_commands::NewerCommands,
 }
 
 impl LockStore {
@@ -109,6 +113,7 @@ impl LockStore {
             pubsub_protocol: config.pubsub_protocol,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
+            newer: newer_commands::NewerCommands::default(),
         };
         store.load_scripts(preload)?;
         Ok(store)
