@@ -889,6 +889,27 @@ fn run_and_unlock_take_redis_pys_string_lock_with_kind_string() {
         ],
     ));
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    // `status --kind string` shows the token and the TTL.
+    let status = |json: bool| {
+        let mut args = vec!["status", "cli-string", "--kind", "string"];
+        if json {
+            args.push("--json");
+        }
+        let out = output(redis_rlock(&server, &args));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = status(false);
+    let expected = format!("string lock \"cli-string\": held by {}, TTL ", python.token);
+    assert!(said.starts_with(&expected), "{said}");
+    let json: serde_json::Value = serde_json::from_str(&status(true)).expect("JSON");
+    assert_eq!(json["kind"], "string");
+    assert_eq!(json["held"], true);
+    assert_eq!(json["owner"], python.token.as_str());
+    assert!(
+        json["ttl_ms"].as_u64().is_some_and(|ms| ms > 20_000),
+        "{json}"
+    );
     let args = [
         "unlock",
         "--force",
@@ -905,6 +926,7 @@ fn run_and_unlock_take_redis_pys_string_lock_with_kind_string() {
         "{said}"
     );
     assert!(!python.locked());
+    assert_eq!(status(false).trim(), "string lock \"cli-string\": free");
 }
 
 #[test]
