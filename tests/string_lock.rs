@@ -531,3 +531,33 @@ fn err_replies(conn: &mut redis::Connection) -> u64 {
         .find_map(|l| l.strip_prefix("errorstat_ERR:count="))
         .map_or(0, |n| n.trim().parse().unwrap())
 }
+
+/// With replica sync, an acquire that no replica acknowledged is rolled back: a fresh one
+/// deletes its key, a re-entry's leaves the hold the thread had.
+#[test]
+fn an_unacknowledged_acquire_is_rolled_back_and_a_re_entry_keeps_the_earlier_hold() -> Result<()> {
+    let (master, replica) = support::master_with_replica();
+    let manager = LockManager::builder(&master.url())
+        .replica_sync_timeout(Duration::from_secs(1))
+        .build()?;
+    let lock = manager.get_string_lock("str:replicated");
+    let guard = lock.lock()?;
+    replica.freeze();
+    let err = lock.try_lock(Duration::ZERO).map(drop).unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    assert!(
+        lock.is_held_by_current_thread()?,
+        "the earlier hold is kept"
+    );
+    assert_eq!(lock.hold_count()?, 1);
+
+    let other = manager.get_string_lock("str:unreplicated");
+    let err = other.lock().map(drop).unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    let left: bool = master.conn().exists("str:unreplicated").unwrap();
+    assert!(!left, "the unacknowledged acquire was left in place");
+    replica.thaw();
+    guard.unlock()?;
+    assert!(!lock.is_locked()?);
+    Ok(())
+}
