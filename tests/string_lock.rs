@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_rlock::{AcquireOptions, CancelToken, DistributedLock, Error, LockManager, Result};
+use support::cluster::RedisCluster;
 use support::proxy::Proxy;
 use support::redis_py::PyLock;
 use support::RedisServer;
@@ -559,5 +560,51 @@ fn an_unacknowledged_acquire_is_rolled_back_and_a_re_entry_keeps_the_earlier_hol
     replica.thaw();
     guard.unlock()?;
     assert!(!lock.is_locked()?);
+    Ok(())
+}
+
+/// On a cluster each name's one key lives on its slot's master: the watchdog renews holds on
+/// every master, and a redis-py client on the slot's master shares the lock.
+#[test]
+fn string_locks_on_a_cluster_are_renewed_on_every_master_and_shared_with_redis_py() -> Result<()> {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let manager = LockManager::cluster_builder(&seeds)
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()?;
+    let names: Vec<String> = (0..6).map(|i| format!("str:cluster:{i}")).collect();
+    let masters: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|name| cluster.master_for_slot(RedisCluster::slot_of(name)))
+        .collect();
+    assert!(masters.len() > 1, "the names span masters");
+    let guards = names
+        .iter()
+        .map(|name| manager.get_string_lock(name).lock())
+        .collect::<Result<Vec<_>>>()?;
+    // Three leases long: only renewals keep them.
+    std::thread::sleep(Duration::from_secs(3));
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{name}");
+        assert!(manager.get_string_lock(name).is_locked()?, "{name}");
+    }
+
+    let name = names[0].as_str();
+    let master = cluster.master_for_slot(RedisCluster::slot_of(name));
+    let url = format!("redis://{}:{master}/", support::host_of(master));
+    let conn = support::connect(&url).expect("the slot's master");
+    let mut python = PyLock::new(conn, name, Duration::from_secs(30), 8);
+    assert!(!python.attempt(), "ours holds it");
+    for guard in guards {
+        guard.unlock()?;
+    }
+    assert!(python.attempt(), "free after our release");
+    let lock = manager.get_string_lock(name);
+    assert!(lock.try_lock(Duration::ZERO)?.is_none());
+    assert!(python.release());
+    lock.try_lock(Duration::from_secs(5))?
+        .expect("free after redis-py's release")
+        .unlock()?;
     Ok(())
 }
