@@ -277,3 +277,20 @@ pub(crate) struct AttemptArgs<'a> {
     /// again.
     pub(crate) fresh: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Family;
+
+    #[test]
+    fn a_string_lock_and_every_hash_family_refuse_each_other_to_one_thread() {
+        for hash in [Family::Reentrant, Family::Read, Family::Write] {
+            assert!(Family::String.conflicts_with(hash), "{hash:?} held");
+            assert!(hash.conflicts_with(Family::String), "{hash:?} asked");
+        }
+        assert!(!Family::String.conflicts_with(Family::String), "a re-entry");
+        // The read-write scripts refuse a lock's hash themselves.
+        assert!(!Family::Read.conflicts_with(Family::Reentrant));
+        assert!(Family::Reentrant.conflicts_with(Family::Write));
+    }
+}
