@@ -596,8 +596,29 @@ fn string_locks_on_a_cluster_are_renewed_on_every_master_and_shared_with_redis_p
     let conn = support::connect(&url).expect("the slot's master");
     let mut python = PyLock::new(conn, name, Duration::from_secs(30), 8);
     assert!(!python.attempt(), "ours holds it");
+    // Each master is probed for the newer commands on its own: the first release there sends
+    // those it does not know once (ERR replies), then their scripts.
+    // One connection per master, opened before: opening one may draw ERR replies of its own.
+    let mut before: Vec<(u16, redis::Connection, u64)> = masters
+        .iter()
+        .map(|&port| {
+            let url = format!("redis://{}:{port}/", support::host_of(port));
+            let mut conn = support::connect(&url).expect("a master");
+            let refused = err_replies(&mut conn);
+            (port, conn, refused)
+        })
+        .collect();
     for guard in guards {
         guard.unlock()?;
+    }
+    let version = support::server_version();
+    let unknown = match (version.valkey, (version.major, version.minor)) {
+        (true, newer) if newer >= (9, 0) => 0,
+        (false, newer) if newer >= (8, 4) => 1, // DELIFEQ; DELEX is known
+        _ => 2,                                 // DELIFEQ and DELEX
+    };
+    for (master, conn, refused) in &mut before {
+        assert_eq!(err_replies(conn) - *refused, unknown, "master {master}");
     }
     assert!(python.attempt(), "free after our release");
     let lock = manager.get_string_lock(name);

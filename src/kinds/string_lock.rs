@@ -10,7 +10,7 @@
 //! count is kept in this process, and only the last release deletes the key.
 //!
 //! Renewals and releases use the newer compare-and-set commands where the servers know them
-//! (`SET … IFEQ`, `DELIFEQ`, `DELEX … IFEQ`: `crate::store::newer_commands`), else scripts
+//! (`SET … IFEQ`, `DELIFEQ`, `DELEX … IFEQ`: `crate::topology::newer_commands`, per server), else scripts
 //! with redis-py's semantics. docs/design/wire-format.md ("String lock (redis-py's Lock)") has
 //! the wire format and the interoperation.
 
@@ -26,9 +26,9 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
 use crate::names::LockKeys;
-use crate::store::newer_commands::Newer;
 use crate::store::scripts::Script;
 use crate::store::{Attempt, LockStore, Op, Release};
+use crate::topology::newer_commands::{Newer, NewerCommands};
 
 /// The string lock's acquire. `KEYS[1]` lock key; `ARGV[1]` the owner's token, `ARGV[2]` lease
 /// ms. Takes a missing key as `SET KEYS[1] ARGV[1] NX PX ARGV[2]` does, and a key that holds
@@ -165,8 +165,8 @@ impl LockKind for StringKind {
             // The key holds the token until the last release: the holds that remain get their
             // lease, as a counting kind's release gives them.
             let renewed = send_again_if_lost(&keys.name, || {
-                store.run(Op::Release, &keys.name, 1, |conn| {
-                    extend_if_ours(store, conn, &keys.name, owner, lease_ms)
+                store.run_knowing(Op::Release, &keys.name, |conn, newer| {
+                    extend_if_ours(newer, conn, &keys.name, owner, lease_ms)
                 })
             })?;
             Ok(if renewed {
@@ -222,9 +222,9 @@ impl TakesTurns for StringKind {}
 fn delete_if_ours(store: &LockStore, keys: &LockKeys, owner: &str) -> Result<Release> {
     let sends = Cell::new(0u32);
     let deleted = send_again_if_lost(&keys.name, || {
-        store.run(Op::Release, &keys.name, 1, |conn| {
+        store.run_knowing(Op::Release, &keys.name, |conn, newer| {
             sends.set(sends.get() + 1);
-            delete_call(store, conn, &keys.name, owner)
+            delete_call(newer, conn, &keys.name, owner)
         })
     })?;
     Ok(if deleted == 1 || sends.get() > 1 {
@@ -248,12 +248,11 @@ fn send_again_if_lost<T>(name: &str, send: impl Fn() -> Result<T>) -> Result<T> 
 
 /// One send of the token-checked delete: 1 deleted, 0 not ours.
 fn delete_call(
-    store: &LockStore,
+    newer: &NewerCommands,
     conn: &mut Connection,
     name: &str,
     owner: &str,
 ) -> redis::RedisResult<i64> {
-    let newer = &store.newer;
     if let Some(reply) = newer.send(Newer::DelIfEq, conn, |conn| {
         redis::cmd("DELIFEQ").arg(name).arg(owner).query(conn)
     }) {
@@ -274,13 +273,13 @@ fn delete_call(
 /// Sets the key's TTL to `lease_ms` while it holds `owner`'s token: `SET … IFEQ` or the
 /// script. Whether it did.
 fn extend_if_ours(
-    store: &LockStore,
+    newer: &NewerCommands,
     conn: &mut Connection,
     name: &str,
     owner: &str,
     lease_ms: u64,
 ) -> redis::RedisResult<bool> {
-    let set = store.newer.send(Newer::Set, conn, |conn| {
+    let set = newer.send(Newer::Set, conn, |conn| {
         redis::cmd("SET")
             .arg(name)
             .arg(owner)

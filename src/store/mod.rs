@@ -15,8 +15,7 @@
 //! - `latches`: the latches that make releases safe to send again;
 //! - `resend`: whether a failed command is sent again, and how failures are told;
 //! - `replicas`: waiting for replicas' acknowledgements (replica sync);
-//! - `renewal`: the watchdog's renewal sweeps, one pipeline per master;
-//! - `newer_commands`: which newer compare-and-set commands the servers know, learnt by trying.
+//! - `renewal`: the watchdog's renewal sweeps, one pipeline per master.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +30,7 @@ use crate::store::scripts::{Script, ScriptInvocation};
 use crate::topology::capabilities::Capabilities;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
+use crate::topology::newer_commands::NewerCommands;
 use crate::topology::pool::{Pool, PooledConnection};
 use crate::topology::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::topology::Topology;
@@ -38,7 +38,6 @@ use crate::topology::Topology;
 pub(crate) mod acl;
 pub(crate) mod eviction;
 mod latches;
-pub(crate) mod newer_commands;
 mod renewal;
 mod replicas;
 mod replies;
@@ -83,8 +82,6 @@ pub(crate) struct LockStore {
     last_latch: Mutex<HashMap<Box<str>, Vec<String>>>,
     /// What this client sent; the listener and the watchdog count here too.
     pub(crate) counters: Arc<Counters>,
-    /// Which newer commands the servers know (the string lock's `SET … IFEQ`, `DELIFEQ`).
-    pub(crate) newer: newer_commands::NewerCommands,
 }
 
 impl LockStore {
@@ -113,7 +110,6 @@ impl LockStore {
             pubsub_protocol: config.pubsub_protocol,
             last_latch: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
-            newer: newer_commands::NewerCommands::default(),
         };
         store.load_scripts(preload)?;
         Ok(store)
@@ -284,7 +280,20 @@ impl LockStore {
         op: impl Fn(&mut Connection) -> RedisResult<T>,
         acquired: impl Fn(&T) -> bool,
     ) -> Result<T> {
+        let op = |conn: &mut Connection, _: &Pool| op(conn);
         self.run_within_if(Op::Acquire, name, 1, self.response_timeout, op, &acquired)
+    }
+
+    /// [`run`](Self::run) for an `op` that sends the newer commands its master knows
+    /// (`NewerCommands`, learnt per server), or their scripts where it does not.
+    pub(crate) fn run_knowing<T>(
+        &self,
+        operation: Op,
+        name: &str,
+        op: impl Fn(&mut Connection, &NewerCommands) -> RedisResult<T>,
+    ) -> Result<T> {
+        let op = |conn: &mut Connection, pool: &Pool| op(conn, pool.newer_commands());
+        self.run_within_if(operation, name, 1, self.response_timeout, op, &|_| true)
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
@@ -308,6 +317,7 @@ impl LockStore {
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
+        let op = |conn: &mut Connection, _: &Pool| op(conn);
         self.run_within_if(operation, name, commands, budget, op, &|_| true)
     }
 
@@ -319,7 +329,7 @@ impl LockStore {
         name: &str,
         commands: u64,
         budget: Duration,
-        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        op: impl Fn(&mut Connection, &Pool) -> RedisResult<T>,
         wrote: &dyn Fn(&T) -> bool,
     ) -> Result<T> {
         let started = Instant::now();
@@ -333,13 +343,14 @@ impl LockStore {
             failover: None,
         };
         loop {
+            let pool = &route.pool;
             let sent = self.run_on(
-                &route.pool,
+                pool,
                 operation,
                 commands,
                 deadline,
                 route.asking,
-                (&op, wrote),
+                (&|conn: &mut Connection| op(conn, pool), wrote),
             );
             let failed = match sent {
                 Ok(value) => return Ok(value),

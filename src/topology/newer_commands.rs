@@ -1,10 +1,11 @@
-//! Which of the newer compare-and-set commands the deployment's servers know, learnt by
-//! trying: `SET … IFEQ` (Valkey 8.1+, Redis 8.4+), `DELIFEQ` (Valkey 9.0+) and
-//! `DELEX … IFEQ` (Redis 8.4+). Each is tried at its first use; a server that does not know it
-//! (or an ACL that forbids it) refuses it without running anything, and from then on the
-//! manager sends the script that does the same instead. A refusal is remembered for the
-//! manager's life: a newer command is a saving, never needed, so one older server among the
-//! masters (a rolling upgrade, a failover to an older replica) turns it off for all of them.
+//! Which of the newer compare-and-set commands one server knows, learnt by trying:
+//! `SET … IFEQ` (Valkey 8.1+, Redis 8.4+), `DELIFEQ` (Valkey 9.0+) and `DELEX … IFEQ`
+//! (Redis 8.4+). Each server's pool (`super::pool::Pool`) keeps its own. A command is tried
+//! at its first use there; a server that does not know it (or an ACL that forbids it) refuses
+//! it without running anything, and from then on the script that does the same is sent to
+//! that server instead. A refusal is kept for the pool's life: a newer command is a saving,
+//! never needed. A master found anew after a failover has a pool of its own, and is tried
+//! afresh.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -26,7 +27,7 @@ const UNTRIED: u8 = 0;
 const KNOWN: u8 = 1;
 const REFUSED: u8 = 2;
 
-/// What the manager learnt of each [`Newer`] command.
+/// What was learnt of each [`Newer`] command on one server.
 #[derive(Debug, Default)]
 pub(crate) struct NewerCommands {
     learnt: [AtomicU8; 3],
