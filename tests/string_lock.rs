@@ -369,6 +369,40 @@ fn a_release_whose_reply_was_lost_reports_success() -> Result<()> {
     Ok(())
 }
 
+/// Invariant: a release of an earlier hold (which renews the key) whose reply was lost is
+/// sent again and reports success; the thread still holds the lock, once.
+#[test]
+fn a_re_entry_release_whose_reply_was_lost_keeps_the_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy);
+    let lock = manager.get_string_lock("str:lost-renewal");
+    let outer = lock.lock()?;
+    for attempt in 1.. {
+        assert!(
+            attempt <= 5,
+            "the release's reply was never the one dropped"
+        );
+        support::await_listener(&mut server.conn(), &manager);
+        let inner = lock.try_lock(Duration::ZERO)?.expect("re-entered");
+        let sent_before = manager.stats().commands;
+        let dropped_before = proxy.dropped();
+        proxy.drop_next_reply();
+        inner.unlock()?;
+        let sends = manager.stats().commands - sent_before;
+        assert_eq!(lock.hold_count()?, 1, "the outer hold");
+        if sends >= 2 {
+            break;
+        }
+        assert!(support::eventually(Duration::from_secs(10), || {
+            proxy.dropped() > dropped_before
+        }));
+    }
+    outer.unlock()?;
+    assert!(!lock.is_locked()?);
+    Ok(())
+}
+
 /// Invariant: an acquire whose reply was lost leaves no hold renewed forever, and the owner's
 /// next acquire (the same token) takes the lock once, not twice.
 #[test]
