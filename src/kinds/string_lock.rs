@@ -327,7 +327,9 @@ fn no_fencing(name: &str) -> Error {
 ///
 /// Reentrant per thread: the key holds one token, and the holds are counted in this
 /// process; only the last release deletes the key, the others renew its lease. Every acquire
-/// returns a [`LockGuard`] that releases one hold. The watchdog renews it like any lock.
+/// returns a [`LockGuard`] that releases one hold. The watchdog renews it like any lock. The
+/// guard's [`LockGuard::lock`] is a [`Lock`] of the same name, whose inspection calls read a
+/// hash (WRONGTYPE here): ask this handle instead.
 ///
 /// No fencing tokens: [`lock_fenced`](Self::lock_fenced) and fenced options are
 /// [`Error::InvalidArgument`]. A key of this name of another type (a [`Lock`]'s hash, say) is
