@@ -4,7 +4,8 @@
 //! `RLock`: **reentrant** per thread, **owner-checked** on release, kept alive by a
 //! **watchdog** while the holder works, released at once on unlock, and with waiters **woken
 //! by pub/sub** instead of polling. It stores locks exactly as Redisson does, so a Java service
-//! and a Rust service can share one lock.
+//! and a Rust service can share one lock; [`LockManager::get_string_lock`] takes redis-py's
+//! lock format, to share one with Python's `redis.lock.Lock`.
 //!
 //! There is no async runtime: every call blocks the calling thread, and a [`LockManager`] runs
 //! a few background threads whatever the number of locks (`docs/design/threads.md`).
