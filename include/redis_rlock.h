@@ -1129,6 +1129,101 @@ redis_rlock_result redis_rlock_spin_try_lock(redis_rlock_manager *m,
  */
 redis_rlock_result redis_rlock_manager_stats(const redis_rlock_manager *m, redis_rlock_stats *out);
 
+/**
+ * Waits as long as it takes to acquire the string lock `name`, polling with a back-off (up
+ * to 128 ms): nothing announces a release. The watchdog renews the lease until the guard is
+ * unlocked or freed; the same thread locking again re-enters (counted in this process).
+ * Result codes and ownership of `*out` as for `redis_rlock_lock`. Its cancellable form is
+ * `redis_rlock_string_acquire`.
+ *
+ * # Safety
+ * `m` is NULL or a live manager; `name` is NULL or a NUL-terminated string; `out` is NULL or
+ * valid for a write.
+ */
+redis_rlock_result redis_rlock_string_lock(redis_rlock_manager *m,
+                                           const char *name,
+                                           redis_rlock_guard **out);
+
+/**
+ * Acquires the string lock `name` as `opts` say, as `redis_rlock_acquire` does;
+ * `opts.fenced` is refused (`REDIS_RLOCK_INVALID_ARGUMENT`): the format has no counter.
+ *
+ * # Safety
+ * As for `redis_rlock_acquire`.
+ */
+redis_rlock_result redis_rlock_string_acquire(redis_rlock_manager *m,
+                                              const char *name,
+                                              const redis_rlock_lock_options *opts,
+                                              redis_rlock_guard **out);
+
+/**
+ * Tries to acquire the string lock `name` for up to `wait_ms` milliseconds (0: one
+ * attempt), with the watchdog. `REDIS_RLOCK_NOT_ACQUIRED` with `*out` NULL when the wait
+ * passed. Ownership as for `redis_rlock_lock`.
+ *
+ * # Safety
+ * As for `redis_rlock_string_lock`.
+ */
+redis_rlock_result redis_rlock_string_try_lock(redis_rlock_manager *m,
+                                               const char *name,
+                                               uint64_t wait_ms,
+                                               redis_rlock_guard **out);
+
+/**
+ * Deletes the string lock `name` whoever holds it (a Python holder too), announcing nothing.
+ * `*released` (may be NULL) tells whether it was held. A key of that name of another type is
+ * left alone (`REDIS_RLOCK_REDIS_ERROR`, WRONGTYPE).
+ *
+ * # Safety
+ * As for `redis_rlock_force_unlock`.
+ */
+redis_rlock_result redis_rlock_string_force_unlock(redis_rlock_manager *m,
+                                                   const char *name,
+                                                   bool *released);
+
+/**
+ * Sets `*locked` to whether anyone (any thread, process or client) holds the string lock
+ * `name`: whether its key exists.
+ *
+ * # Safety
+ * As for `redis_rlock_is_locked`.
+ */
+redis_rlock_result redis_rlock_string_is_locked(redis_rlock_manager *m,
+                                                const char *name,
+                                                bool *locked);
+
+/**
+ * Sets `*held` to whether the key of the string lock `name` holds the calling thread's token.
+ *
+ * # Safety
+ * As for `redis_rlock_is_locked`.
+ */
+redis_rlock_result redis_rlock_string_is_held_by_current_thread(redis_rlock_manager *m,
+                                                                const char *name,
+                                                                bool *held);
+
+/**
+ * Sets `*count` to how many holds the calling thread has on the string lock `name`, as this
+ * process counts them while the key holds its token (0 when it does not).
+ *
+ * # Safety
+ * As for `redis_rlock_is_locked`.
+ */
+redis_rlock_result redis_rlock_string_hold_count(redis_rlock_manager *m,
+                                                 const char *name,
+                                                 uint32_t *count);
+
+/**
+ * Sets `*ttl_ms` to the string lock's remaining lease as Redis sees it, or 0 when nobody
+ * holds it (or its key has no expiry).
+ *
+ * # Safety
+ * As for `redis_rlock_is_locked`.
+ */
+redis_rlock_result redis_rlock_string_remaining_ttl(redis_rlock_manager *m,
+                                                    const char *name,
+                                                    uint64_t *ttl_ms);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

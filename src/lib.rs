@@ -4,7 +4,8 @@
 //! `RLock`: **reentrant** per thread, **owner-checked** on release, kept alive by a
 //! **watchdog** while the holder works, released at once on unlock, and with waiters **woken
 //! by pub/sub** instead of polling. It stores locks exactly as Redisson does, so a Java service
-//! and a Rust service can share one lock.
+//! and a Rust service can share one lock; [`LockManager::get_string_lock`] takes redis-py's
+//! lock format, to share one with Python's `redis.lock.Lock`.
 //!
 //! There is no async runtime: every call blocks the calling thread, and a [`LockManager`] runs
 //! a few background threads whatever the number of locks (`docs/design/threads.md`).
@@ -88,6 +89,7 @@
 //! | `getLock(name)` | [`LockManager::get_lock`] → [`Lock`] | woken by the unlock message | yes |
 //! | `getFairLock(name)` | [`LockManager::get_fair_lock`] → [`FairLock`] | queued in Redis, the head woken | yes |
 //! | `getSpinLock(name)` | [`LockManager::get_spin_lock`] → [`SpinLock`] | poll, 1 ms doubling to 128 ms; no message | yes |
+//! | redis-py's `Lock` (not Redisson) | [`LockManager::get_string_lock`] → [`StringLock`]: a string holding the owner's token | poll, as the spin lock | no |
 //! | `getReadWriteLock(name)` | [`LockManager::get_read_write_lock`] → [`ReadWriteLock`] ([`ReadLock`], [`WriteLock`]) | woken by the unlock message | write lock only |
 //! | `RedissonMultiLock` | [`MultiLock`]: several locks, all or nothing | | |
 //! | `RedissonRedLock` | [`RedLock`]: one name on N independent masters, held by a majority | | |
@@ -187,6 +189,10 @@ pub mod lua {
         SEMAPHORE_TRY_SET_PERMITS,
     };
     pub use crate::kinds::spin_lock::{SPIN_FORCE_UNLOCK, SPIN_RELEASE};
+    // The string lock's (redis-py's format) fall-backs for servers without the newer commands.
+    pub use crate::kinds::string_lock::{
+        STRING_ACQUIRE, STRING_EXTEND, STRING_FORCE_UNLOCK, STRING_RELEASE, STRING_RENEW,
+    };
 }
 
 pub use cancel::CancelToken;
@@ -201,6 +207,7 @@ pub use kinds::permit_expirable_semaphore::{AcquiredPermit, PermitExpirableSemap
 pub use kinds::read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use kinds::semaphore::{Semaphore, SemaphorePermits};
 pub use kinds::spin_lock::SpinLock;
+pub use kinds::string_lock::StringLock;
 pub use manager::builder::LockManagerBuilder;
 pub use manager::LockManager;
 pub use multi::multi_lock::{MultiLock, MultiLockGuard};
@@ -218,6 +225,7 @@ const _: () = {
     assert_send_sync::<LockGuard>();
     assert_send_sync::<FairLock>();
     assert_send_sync::<SpinLock>();
+    assert_send_sync::<StringLock>();
     assert_send_sync::<ReadWriteLock>();
     assert_send_sync::<ReadLock>();
     assert_send_sync::<WriteLock>();

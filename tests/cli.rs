@@ -844,6 +844,92 @@ fn run_and_unlock_take_the_kind_of_lock_named_by_kind() {
 }
 
 #[test]
+fn run_and_unlock_take_redis_pys_string_lock_with_kind_string() {
+    let server = RedisServer::start();
+    let port = server.port().to_string();
+    let show = format!("redis-cli -p {port} type cli-string; redis-cli -p {port} get cli-string");
+    let out = output(redis_rlock(
+        &server,
+        &[
+            "run",
+            "cli-string",
+            "--kind",
+            "string",
+            "--",
+            "sh",
+            "-c",
+            &show,
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let (kind, token) = stdout.split_once('\n').expect("two lines");
+    assert_eq!(kind, "string", "{stdout}");
+    assert!(
+        token.trim().rsplit_once(':').is_some(),
+        "the owner's token: {stdout}"
+    );
+    assert!(!exists(&server, "cli-string"), "released");
+
+    // A redis-py holder: `run` gives up at once, `unlock --kind string` deletes its key.
+    let mut python =
+        support::redis_py::PyLock::new(server.conn(), "cli-string", Duration::from_secs(30), 7);
+    assert!(python.attempt());
+    let out = output(redis_rlock(
+        &server,
+        &[
+            "run",
+            "cli-string",
+            "--kind",
+            "string",
+            "--wait",
+            "0",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    // `status --kind string` shows the token and the TTL.
+    let status = |json: bool| {
+        let mut args = vec!["status", "cli-string", "--kind", "string"];
+        if json {
+            args.push("--json");
+        }
+        let out = output(redis_rlock(&server, &args));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = status(false);
+    let expected = format!("string lock \"cli-string\": held by {}, TTL ", python.token);
+    assert!(said.starts_with(&expected), "{said}");
+    let json: serde_json::Value = serde_json::from_str(&status(true)).expect("JSON");
+    assert_eq!(json["kind"], "string");
+    assert_eq!(json["held"], true);
+    assert_eq!(json["owner"], python.token.as_str());
+    assert!(
+        json["ttl_ms"].as_u64().is_some_and(|ms| ms > 20_000),
+        "{json}"
+    );
+    let args = [
+        "unlock",
+        "--force",
+        "--yes",
+        "--kind",
+        "string",
+        "cli-string",
+    ];
+    let out = output(redis_rlock(&server, &args));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("string lock \"cli-string\" deleted"),
+        "{said}"
+    );
+    assert!(!python.locked());
+    assert_eq!(status(false).trim(), "string lock \"cli-string\": free");
+}
+
+#[test]
 fn status_shows_a_read_write_locks_mode_and_a_fair_locks_queue() {
     let server = RedisServer::start();
     let manager = LockManager::new(&server.url()).unwrap();

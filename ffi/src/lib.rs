@@ -25,6 +25,7 @@ mod read_write_lock;
 mod semaphore;
 mod spin_lock;
 mod stats;
+mod string_lock;
 
 // Only the header's constant: public so that the compiler counts it as used.
 pub use cancel::REDIS_RLOCK_WAIT_FOREVER;

@@ -361,7 +361,7 @@ pub unsafe extern "C" fn redis_rlock_try_lock_fenced(
     }
 }
 
-/// The shared body of the inspection functions.
+/// The shared body of the plain lock's inspection functions.
 ///
 /// # Safety
 /// As for the exported functions: each pointer is NULL or valid.
@@ -372,6 +372,23 @@ unsafe fn inspect<T>(
     out: *mut T,
     query: impl FnOnce(&redis_rlock::Lock) -> Result<T>,
 ) -> redis_rlock_result {
+    // SAFETY: the same contract, passed on.
+    unsafe { inspect_as(m, name, what, out, LockManager::get_lock, query) }
+}
+
+/// The shared body of every kind's inspection functions: `query` asks the kind's handle on
+/// `name`, made by `handle`.
+///
+/// # Safety
+/// As for the exported functions: each pointer is NULL or valid.
+pub(super) unsafe fn inspect_as<H, T>(
+    m: *mut redis_rlock_manager,
+    name: *const c_char,
+    what: &str,
+    out: *mut T,
+    handle: impl FnOnce(&LockManager, &str) -> H,
+    query: impl FnOnce(&H) -> Result<T>,
+) -> redis_rlock_result {
     guarded(|| {
         // SAFETY (all): the caller's contract.
         let manager = unsafe { manager_arg(m)? };
@@ -379,7 +396,7 @@ unsafe fn inspect<T>(
         if out.is_null() {
             return Err(Failure::invalid(format!("{what} is NULL")));
         }
-        let value = query(&manager.get_lock(name))?;
+        let value = query(&handle(&manager, name))?;
         unsafe { write_out(what, out, value) }
     })
 }

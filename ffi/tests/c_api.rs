@@ -231,6 +231,21 @@ fn the_spin_lock_is_taken_re_entered_refused_while_held_and_released_from_c() {
 }
 
 #[test]
+fn the_string_lock_is_taken_re_entered_refused_inspected_and_force_unlocked_from_c() {
+    let server = RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let exe = compile_from(
+        "ffi/tests/c",
+        "string_lock",
+        Link::Static,
+        SANITIZERS,
+        out.path(),
+    );
+    let output = run(&exe, &[server.url()], true);
+    assert_clean_run(&output, "string_lock: 35 checks passed");
+}
+
+#[test]
 fn a_manager_inherited_through_fork_is_refused_and_freed_cleanly_in_the_child() {
     let server = RedisServer::start();
     let out = tempfile::tempdir().unwrap();

@@ -81,7 +81,7 @@ class Lock:
         """The lock's name, which is also its Redis key."""
     @property
     def kind(self) -> str:
-        """``"lock"``, ``"fair"``, ``"spin"``, ``"read"`` or ``"write"``."""
+        """``"lock"``, ``"fair"``, ``"spin"``, ``"string"``, ``"read"`` or ``"write"``."""
     def lock(self, cancel: Optional[CancelToken] = None) -> Guard:
         """Waits as long as it takes; the watchdog renews the lock while held."""
     def try_lock(self, wait: Seconds, cancel: Optional[CancelToken] = None) -> Optional[Guard]:
@@ -260,6 +260,8 @@ class LockManager:
         """Redisson's ``getFairLock``."""
     def get_spin_lock(self, name: str) -> Lock:
         """Redisson's ``getSpinLock``."""
+    def get_string_lock(self, name: str) -> Lock:
+        """redis-py's lock format (``redis.lock.Lock``): a string key holding the owner's token."""
     def get_read_write_lock(self, name: str) -> ReadWriteLock:
         """Redisson's ``getReadWriteLock``."""
     def get_semaphore(self, name: str) -> Semaphore:

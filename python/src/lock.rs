@@ -1,4 +1,4 @@
-//! `redis_rlock.Lock`: any kind of lock (plain, fair, spin, read, write), both a Redisson lock
+//! `redis_rlock.Lock`: any kind of lock (plain, fair, spin, string, read, write), both a Redisson lock
 //! and a `threading.RLock` stand-in; and `redis_rlock.ReadWriteLock`.
 
 use std::sync::Arc;
@@ -93,7 +93,7 @@ impl PyLock {
         self.lock.name()
     }
 
-    /// `"lock"`, `"fair"`, `"spin"`, `"read"` or `"write"`.
+    /// `"lock"`, `"fair"`, `"spin"`, `"string"`, `"read"` or `"write"`.
     #[getter]
     fn kind(&self) -> &str {
         self.kind

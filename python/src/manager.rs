@@ -189,6 +189,16 @@ impl PyLockManager {
         )
     }
 
+    /// redis-py's lock format (`redis.lock.Lock`): a string key holding the owner's token;
+    /// waiters poll; no fencing.
+    fn get_string_lock(&self, name: &str) -> PyLock {
+        PyLock::new(
+            Arc::new(self.manager.get_string_lock(name)),
+            "string",
+            self.holds.clone(),
+        )
+    }
+
     /// Redisson's `getReadWriteLock`.
     fn get_read_write_lock(&self, name: &str) -> PyReadWriteLock {
         PyReadWriteLock::new(self.manager.get_read_write_lock(name), self.holds.clone())

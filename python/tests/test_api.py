@@ -84,7 +84,9 @@ def test_lost_event_is_set_when_the_lock_is_lost(url, name, raw):
             guard.unlock()
 
 
-@pytest.mark.parametrize("kind", ["get_lock", "get_fair_lock", "get_spin_lock", "read", "write"])
+@pytest.mark.parametrize(
+    "kind", ["get_lock", "get_fair_lock", "get_spin_lock", "get_string_lock", "read", "write"]
+)
 def test_every_kind_is_a_redisson_lock(manager, name, kind):
     lock = kind_of(manager, name, kind)
     assert isinstance(lock, redis_rlock.Lock)
@@ -106,7 +108,7 @@ def test_every_kind_is_a_redisson_lock(manager, name, kind):
     assert kept is not None
     assert lock.force_unlock()
     assert not lock.force_unlock()
-    if kind == "read":
+    if kind in ("read", "get_string_lock"):
         with pytest.raises(redis_rlock.InvalidArgument):
             lock.lock_fenced()
     else:
@@ -117,7 +119,9 @@ def test_every_kind_is_a_redisson_lock(manager, name, kind):
         g.unlock()
 
 
-@pytest.mark.parametrize("kind", ["get_lock", "get_fair_lock", "get_spin_lock", "read", "write"])
+@pytest.mark.parametrize(
+    "kind", ["get_lock", "get_fair_lock", "get_spin_lock", "get_string_lock", "read", "write"]
+)
 def test_every_kind_is_a_threading_rlock(manager, name, kind):
     lock = kind_of(manager, name, kind)
     assert lock.acquire() is True

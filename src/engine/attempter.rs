@@ -117,11 +117,13 @@ impl<'a> Attempter<'a> {
     /// the attempt found the lock held by another, this changes nothing.
     fn roll_back(&self) {
         let name = &self.keys.name;
-        match self.kind.release(
+        // A re-entry's attempt took no hold of its own where holds are counted here.
+        match self.kind.release_counted(
             self.engine.store(),
             self.keys,
             &self.owner,
             self.request.lease_ms,
+            self.fresh,
         ) {
             Ok(_) => {
                 log::warn!("lock {name:?}: no replica acknowledged the acquire; rolled it back")

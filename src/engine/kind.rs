@@ -17,6 +17,7 @@ pub(crate) enum KindId {
     ReadLock,
     WriteLock,
     SpinLock,
+    StringLock,
 }
 
 impl KindId {
@@ -26,6 +27,7 @@ impl KindId {
             KindId::Lock | KindId::FairLock | KindId::SpinLock => Family::Reentrant,
             KindId::ReadLock => Family::Read,
             KindId::WriteLock => Family::Write,
+            KindId::StringLock => Family::String,
         }
     }
 }
@@ -43,19 +45,30 @@ pub(crate) enum Family {
     Read,
     /// `<owner>:write` in a read-write lock's hash.
     Write,
+    /// The owner's token as a string key's value (redis-py's lock): one value whatever the
+    /// count, which is kept here.
+    String,
 }
 
 impl Family {
-    pub(crate) const ALL: [Family; 3] = [Family::Reentrant, Family::Read, Family::Write];
+    pub(crate) const ALL: [Family; 4] = [
+        Family::Reentrant,
+        Family::Read,
+        Family::Write,
+        Family::String,
+    ];
 
     /// Whether a thread holding `held` on a name may not take this family on it, which the
     /// scripts would not refuse: a hash of hold counts and a read-write lock's hash are two
     /// formats of one key, and a lock taken by a reader would count on its read hold (the same
     /// field), one taken by the writer would wait for itself (Redisson does both). The other
     /// way round, a read or write lock on a lock's hash, is refused by the read-write scripts
-    /// themselves (WRONGTYPE), whoever holds the lock.
+    /// themselves (WRONGTYPE), whoever holds the lock. A string lock and any hash are two
+    /// types of one key: the server refuses either on the other (WRONGTYPE), and the thread
+    /// that holds one is told so before anything is sent.
     pub(crate) fn conflicts_with(self, held: Family) -> bool {
-        self == Family::Reentrant && held != Family::Reentrant
+        let string = (self == Family::String) != (held == Family::String);
+        string || (self == Family::Reentrant && held != Family::Reentrant)
     }
 
     /// What a hold of the family is, for error messages.
@@ -64,6 +77,7 @@ impl Family {
             Family::Reentrant => "a lock (Lock, FairLock or SpinLock)",
             Family::Read => "the read lock",
             Family::Write => "the write lock",
+            Family::String => "the string lock",
         }
     }
 }
@@ -107,6 +121,21 @@ pub(crate) trait LockKind: Sync {
         owner: &str,
         lease_ms: u64,
     ) -> Result<Release>;
+
+    /// [`release`](Self::release), told whether the hold is the owner's `last` as this
+    /// manager counts them: a kind whose key holds one token per owner whatever its count
+    /// (the string lock) counts holds only here, and frees the key only on the last.
+    fn release_counted(
+        &self,
+        store: &LockStore,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        last: bool,
+    ) -> Result<Release> {
+        let _ = last;
+        self.release(store, keys, owner, lease_ms)
+    }
 
     /// Where `owner`, waiting, hears that it may try again (for most kinds one channel per
     /// lock; Redisson's fair lock has one per waiter).
@@ -247,4 +276,21 @@ pub(crate) struct AttemptArgs<'a> {
     /// has), and a hold granted to it by a release (see [`Grants`]) is taken, not counted
     /// again.
     pub(crate) fresh: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Family;
+
+    #[test]
+    fn a_string_lock_and_every_hash_family_refuse_each_other_to_one_thread() {
+        for hash in [Family::Reentrant, Family::Read, Family::Write] {
+            assert!(Family::String.conflicts_with(hash), "{hash:?} held");
+            assert!(hash.conflicts_with(Family::String), "{hash:?} asked");
+        }
+        assert!(!Family::String.conflicts_with(Family::String), "a re-entry");
+        // The read-write scripts refuse a lock's hash themselves.
+        assert!(!Family::Read.conflicts_with(Family::Reentrant));
+        assert!(Family::Reentrant.conflicts_with(Family::Write));
+    }
 }

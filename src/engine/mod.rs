@@ -125,7 +125,7 @@ impl Engine {
             let line = Arc::clone(&line);
             Box::new(move |hold: &HoldKey| {
                 // The lock's kind, or another of its family that the thread re-entered by.
-                if hold.kind.id().family() == Family::Reentrant {
+                if matches!(hold.kind.id().family(), Family::Reentrant | Family::String) {
                     line.leave(&hold.keys, hold.thread);
                 }
             })

@@ -85,7 +85,7 @@ impl Engine {
                 plan.listeners,
                 next,
             ),
-            None => kind.release(&self.store, keys, &owner, plan.lease_ms),
+            None => kind.release_counted(&self.store, keys, &owner, plan.lease_ms, last),
         };
         self.record(&sent, &outcome);
         self.pass_on(&sent, successor, &outcome);

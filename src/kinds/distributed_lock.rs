@@ -10,9 +10,10 @@ use crate::kinds::fair_lock::FairLock;
 use crate::kinds::lock::{Lock, LockGuard};
 use crate::kinds::read_write_lock::{ReadLock, WriteLock};
 use crate::kinds::spin_lock::SpinLock;
+use crate::kinds::string_lock::StringLock;
 
 /// A lock of any kind: Redisson's `RLock` interface, implemented by [`Lock`], [`FairLock`],
-/// [`SpinLock`], [`ReadLock`] and [`WriteLock`].
+/// [`SpinLock`], [`StringLock`], [`ReadLock`] and [`WriteLock`].
 ///
 /// Each kind also has these methods as its own (inherent) methods, so the common calls need
 /// no `use` of this trait; import it to write code generic over the kind, or to keep locks of
@@ -160,7 +161,7 @@ macro_rules! by_inherent_methods {
     )+};
 }
 
-by_inherent_methods!(Lock, FairLock, SpinLock, ReadLock, WriteLock);
+by_inherent_methods!(Lock, FairLock, SpinLock, StringLock, ReadLock, WriteLock);
 
 // Every kind is one, and the trait stays object safe: checked at compile time.
 const _: () = {
@@ -168,6 +169,7 @@ const _: () = {
     is_one::<Lock>();
     is_one::<FairLock>();
     is_one::<SpinLock>();
+    is_one::<StringLock>();
     is_one::<ReadLock>();
     is_one::<WriteLock>();
     let _: Option<&dyn DistributedLock> = None;

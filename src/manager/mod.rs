@@ -19,6 +19,7 @@ use crate::kinds::permit_expirable_semaphore::PermitExpirableSemaphore;
 use crate::kinds::read_write_lock::ReadWriteLock;
 use crate::kinds::semaphore::Semaphore;
 use crate::kinds::spin_lock::SpinLock;
+use crate::kinds::string_lock::StringLock;
 use crate::manager::builder::LockManagerBuilder;
 use crate::stats::Stats;
 use crate::store::eviction::EvictionPolicy;
@@ -157,6 +158,13 @@ impl LockManager {
     /// publishes nothing and whose waiters poll with a back-off. No I/O. See [`SpinLock`].
     pub fn get_spin_lock(&self, name: &str) -> SpinLock {
         SpinLock::new(Arc::clone(&self.engine), name)
+    }
+
+    /// A handle on the lock called `name` in redis-py's format (`redis.lock.Lock`): a string
+    /// key holding the owner's token, shared with Python code that locks the same name. No
+    /// I/O. See [`StringLock`].
+    pub fn get_string_lock(&self, name: &str) -> StringLock {
+        StringLock::new(Arc::clone(&self.engine), name)
     }
 
     /// A handle on the read-write lock called `name` (Redisson's `RReadWriteLock`): shared

@@ -30,6 +30,7 @@ use crate::store::scripts::{Script, ScriptInvocation};
 use crate::topology::capabilities::Capabilities;
 use crate::topology::config::Config;
 use crate::topology::endpoints::Endpoints;
+use crate::topology::newer_commands::NewerCommands;
 use crate::topology::pool::{Pool, PooledConnection};
 use crate::topology::pubsub_connection::{PubSubConnection, PubSubProtocol};
 use crate::topology::Topology;
@@ -279,7 +280,20 @@ impl LockStore {
         op: impl Fn(&mut Connection) -> RedisResult<T>,
         acquired: impl Fn(&T) -> bool,
     ) -> Result<T> {
+        let op = |conn: &mut Connection, _: &Pool| op(conn);
         self.run_within_if(Op::Acquire, name, 1, self.response_timeout, op, &acquired)
+    }
+
+    /// [`run`](Self::run) for an `op` that sends the newer commands its master knows
+    /// (`NewerCommands`, learnt per server), or their scripts where it does not.
+    pub(crate) fn run_knowing<T>(
+        &self,
+        operation: Op,
+        name: &str,
+        op: impl Fn(&mut Connection, &NewerCommands) -> RedisResult<T>,
+    ) -> Result<T> {
+        let op = |conn: &mut Connection, pool: &Pool| op(conn, pool.newer_commands());
+        self.run_within_if(operation, name, 1, self.response_timeout, op, &|_| true)
     }
 
     /// Runs `op`, one round trip of `commands` commands, on a pooled connection to the master
@@ -303,6 +317,7 @@ impl LockStore {
         budget: Duration,
         op: impl Fn(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
+        let op = |conn: &mut Connection, _: &Pool| op(conn);
         self.run_within_if(operation, name, commands, budget, op, &|_| true)
     }
 
@@ -314,7 +329,7 @@ impl LockStore {
         name: &str,
         commands: u64,
         budget: Duration,
-        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        op: impl Fn(&mut Connection, &Pool) -> RedisResult<T>,
         wrote: &dyn Fn(&T) -> bool,
     ) -> Result<T> {
         let started = Instant::now();
@@ -328,13 +343,14 @@ impl LockStore {
             failover: None,
         };
         loop {
+            let pool = &route.pool;
             let sent = self.run_on(
-                &route.pool,
+                pool,
                 operation,
                 commands,
                 deadline,
                 route.asking,
-                (&op, wrote),
+                (&|conn: &mut Connection| op(conn, pool), wrote),
             );
             let failed = match sent {
                 Ok(value) => return Ok(value),

@@ -13,6 +13,7 @@ pub(crate) mod cluster;
 pub(crate) mod config;
 pub(crate) mod endpoints;
 pub(crate) mod map;
+pub(crate) mod newer_commands;
 pub(crate) mod nodes;
 pub(crate) mod pool;
 pub(crate) mod pubsub_connection;

@@ -14,6 +14,7 @@ use redis::{Client, Connection, RedisResult};
 
 use crate::error::{is_interrupted, Error, Result};
 use crate::fork::Origin;
+use crate::topology::newer_commands::NewerCommands;
 use crate::topology::pubsub_connection::{self, PubSubConnection, PubSubProtocol};
 
 pub(crate) struct Pool {
@@ -48,6 +49,8 @@ pub(crate) struct Pool {
     /// (SIGSTOP, a stalled VM) and, where masters can be replaced, being replaced. Routing
     /// then asks the deployment again, and discovery asks this node last (`crate::topology`).
     silent: AtomicBool,
+    /// Which newer compare-and-set commands the server knows, learnt by trying them.
+    newer_commands: NewerCommands,
 }
 
 struct PoolState {
@@ -147,6 +150,7 @@ impl Pool {
             split_by_slot: AtomicBool::new(false),
             no_wait: AtomicBool::new(false),
             silent: AtomicBool::new(false),
+            newer_commands: NewerCommands::default(),
             client,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -167,6 +171,11 @@ impl Pool {
     /// `host:port` of the server.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Which newer compare-and-set commands the server knows (see `NewerCommands`).
+    pub(crate) fn newer_commands(&self) -> &NewerCommands {
+        &self.newer_commands
     }
 
     /// How many replicas the server had when last asked.

@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod redis_py;
 pub mod redisson_spin;
 pub mod sentinel;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use redis_rlock::{DistributedLock, LockManager};
 
-/// A lock kind, as Redisson names them.
+/// A lock kind, as Redisson names them (and redis-py's lock, `string`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LockKind {
     /// Redisson's RLock: reentrant, waiters woken over pub/sub.
@@ -15,6 +15,8 @@ pub enum LockKind {
     Fair,
     /// RSpinLock: waiters poll with a back-off; nothing is published.
     Spin,
+    /// redis-py's Lock: a string key holding the owner's token; waiters poll.
+    String,
     /// The read lock of an RReadWriteLock: shared with other readers.
     Read,
     /// The write lock of an RReadWriteLock: excludes readers and writers.
@@ -28,6 +30,7 @@ impl LockKind {
             LockKind::Lock => Arc::new(manager.get_lock(name)),
             LockKind::Fair => Arc::new(manager.get_fair_lock(name)),
             LockKind::Spin => Arc::new(manager.get_spin_lock(name)),
+            LockKind::String => Arc::new(manager.get_string_lock(name)),
             LockKind::Read => Arc::new(manager.get_read_write_lock(name).read_lock()),
             LockKind::Write => Arc::new(manager.get_read_write_lock(name).write_lock()),
         }
@@ -39,6 +42,7 @@ impl LockKind {
             LockKind::Lock => "lock",
             LockKind::Fair => "fair lock",
             LockKind::Spin => "spin lock",
+            LockKind::String => "string lock",
             LockKind::Read => "read lock",
             LockKind::Write => "write lock",
         }

@@ -34,6 +34,7 @@ mod lock_kind;
 mod progress;
 mod run;
 mod status;
+mod string_status;
 mod unlock;
 
 use std::ffi::OsString;
@@ -231,7 +232,8 @@ struct StatusArgs {
     /// "holds"}], "ttl_ms", "mode", "queue"}; a semaphore: {"name", "kind", "exists",
     /// "permits"}; a latch: {"name", "kind", "count", "open"}; a permit-expirable semaphore:
     /// {"name", "kind", "permits", "acquired": [{"id", "lease_left_ms", "expired"}]}; a number
-    /// not told which: {"name", "kind": "semaphore-or-latch", "value"}.
+    /// not told which: {"name", "kind": "semaphore-or-latch", "value"}; redis-py's string
+    /// lock: {"name", "kind": "string", "held", "owner", "ttl_ms"}.
     #[arg(long)]
     json: bool,
 }

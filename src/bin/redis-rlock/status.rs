@@ -7,6 +7,7 @@ use redis_rlock::LockManager;
 
 use crate::duration::show;
 use crate::exit::Failure;
+use crate::string_status::string_lock_status;
 
 /// How long opening the plain connection may take (the library's default connect timeout).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -130,6 +131,8 @@ pub enum Kind {
     Latch,
     /// A permit-expirable semaphore: free permits, acquired permit ids and their expiry.
     PermitExpirableSemaphore,
+    /// redis-py's lock format: the token the string key holds and its TTL.
+    String,
 }
 
 /// `redis-rlock status NAME [--kind KIND] [--json]`. Exit 0 whether the lock is held or free,
@@ -143,6 +146,7 @@ pub fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, Failu
         Kind::Semaphore => semaphore_status(&manager, url, name, json),
         Kind::Latch => latch_status(&manager, url, name, json),
         Kind::PermitExpirableSemaphore => permit_semaphore_status(&manager, url, name, json),
+        Kind::String => string_lock_status(&manager, url, name, json),
         Kind::Auto => match lock_status(&manager, url, name, json) {
             // A string: Redisson keeps a semaphore's permits and a latch's count alike, as a
             // number at the key, so this is all that can be said without being told.

@@ -47,7 +47,7 @@ pub fn unlock(
     }
     if lock.force_unlock().map_err(fail)? {
         let woken = match kind {
-            LockKind::Spin => "its waiters find it free at their next look",
+            LockKind::Spin | LockKind::String => "its waiters find it free at their next look",
             _ => "its waiters were woken",
         };
         say!("{} {name:?} deleted; {woken}", kind.noun());
