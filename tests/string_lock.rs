@@ -246,6 +246,35 @@ fn a_key_of_another_type_is_wrongtype_and_left_alone() -> Result<()> {
     Ok(())
 }
 
+/// Invariant: a force unlock leaves a semaphore's or a latch's count alone (a decimal
+/// integer of at most 19 digits): WRONGTYPE, nothing deleted. Any other string is a token.
+#[test]
+fn force_unlock_refuses_a_semaphore_or_latch_count_and_leaves_it() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    assert!(manager.get_semaphore("str:permits").try_set_permits(3)?);
+    assert!(manager.get_count_down_latch("str:count").try_set_count(2)?);
+    let mut conn = server.conn();
+    let _: () = conn.set("str:negative", "-4").unwrap();
+    let _: () = conn.set("str:largest", i64::MAX).unwrap();
+    for name in ["str:permits", "str:count", "str:negative", "str:largest"] {
+        let before = value(&server, name);
+        let outcome = manager.get_string_lock(name).force_unlock();
+        assert!(
+            matches!(outcome, Err(Error::WrongType { .. })),
+            "{name}: {outcome:?}"
+        );
+        assert_eq!(value(&server, name), before, "{name} left alone");
+    }
+    assert_eq!(manager.get_semaphore("str:permits").available_permits()?, 3);
+    assert_eq!(manager.get_count_down_latch("str:count").count()?, 2);
+    // redis-py's token is 32 hex digits, which may all be decimal: a token, not a count.
+    let _: () = conn.set("str:digits", "1".repeat(32)).unwrap();
+    assert!(manager.get_string_lock("str:digits").force_unlock()?);
+    assert_eq!(value(&server, "str:digits"), None);
+    Ok(())
+}
+
 #[test]
 fn a_lock_and_a_string_lock_of_one_name_are_never_both_held() -> Result<()> {
     let server = RedisServer::start();
