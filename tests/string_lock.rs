@@ -275,6 +275,33 @@ fn force_unlock_refuses_a_semaphore_or_latch_count_and_leaves_it() -> Result<()>
     Ok(())
 }
 
+/// Invariant: the `Lock` a string lock's guard hands out answers for the string lock: its
+/// inspection reads the string, and its acquires take string-lock holds.
+#[test]
+fn a_string_guards_lock_handle_answers_for_the_string_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "str:guard-handle";
+    let guard = manager.get_string_lock(name).lock()?;
+    let handle = guard.lock().clone();
+    assert!(handle.is_locked()?);
+    assert!(handle.is_held_by_current_thread()?);
+    assert_eq!(handle.hold_count()?, 1);
+    assert!(handle.remaining_ttl()?.expect("a lease") > Duration::from_secs(20));
+    let again = handle.try_lock(Duration::ZERO)?.expect("a re-entry");
+    assert_eq!(handle.hold_count()?, 2, "counted as the string lock's");
+    assert!(matches!(
+        handle.lock_fenced(),
+        Err(Error::InvalidArgument { .. })
+    ));
+    again.unlock()?;
+    guard.unlock()?;
+    assert!(!handle.is_locked()?);
+    let _: () = server.conn().set(name, "held by redis-py").unwrap();
+    assert!(handle.force_unlock()?, "the string deleted");
+    Ok(())
+}
+
 #[test]
 fn a_lock_and_a_string_lock_of_one_name_are_never_both_held() -> Result<()> {
     let server = RedisServer::start();

@@ -28,7 +28,7 @@ use crate::engine::kind::{AttemptArgs, KindId, LockKind, TakesTurns};
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
+use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard, OtherFormat};
 use crate::names::LockKeys;
 use crate::store::scripts::Script;
 use crate::store::{Attempt, LockStore, Op, Release};
@@ -373,8 +373,10 @@ fn no_fencing(name: &str) -> Error {
 /// Reentrant per thread: the key holds one token, and the holds are counted in this
 /// process; only the last release deletes the key, the others renew its lease. Every acquire
 /// returns a [`LockGuard`] that releases one hold. The watchdog renews it like any lock. The
-/// guard's [`LockGuard::lock`] is a [`Lock`] of the same name, whose inspection calls read a
-/// hash (WRONGTYPE here): ask this handle instead.
+/// guard's [`LockGuard::lock`] is a [`Lock`] that answers for this string lock: its
+/// acquires take string-lock holds (fencing refused), and its inspection calls and force
+/// unlock are this handle's ([`Lock::current_token`] reads Redisson's fencing counter, which
+/// a string lock never writes: `None`).
 ///
 /// No fencing tokens: [`lock_fenced`](Self::lock_fenced) and fenced options are
 /// [`Error::InvalidArgument`]. A key of this name of another type (a [`Lock`]'s hash, say) is
@@ -387,7 +389,7 @@ pub struct StringLock {
 impl StringLock {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         StringLock {
-            lock: Lock::new(engine, name),
+            lock: Lock::in_format(engine, name, &STRING_FORMAT),
         }
     }
 
@@ -491,6 +493,46 @@ impl StringLock {
     ) -> Result<T> {
         let keys = self.lock.keys()?;
         self.lock.engine()?.store().run(op, &keys.name, 1, query)
+    }
+}
+
+/// What the `Lock` of a string lock's guard ([`LockGuard::lock`]) answers with: the string
+/// lock's own calls.
+static STRING_FORMAT: StringFormat = StringFormat;
+
+/// The string lock as an [`OtherFormat`] of [`Lock`].
+struct StringFormat;
+
+impl StringFormat {
+    /// The string lock handle that `lock` is the inner `Lock` of.
+    fn handle(lock: &Lock) -> StringLock {
+        StringLock { lock: lock.clone() }
+    }
+}
+
+impl OtherFormat for StringFormat {
+    fn acquire(&self, lock: &Lock, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        Self::handle(lock).acquire(options)
+    }
+
+    fn is_locked(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).is_locked()
+    }
+
+    fn is_held_by_current_thread(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).is_held_by_current_thread()
+    }
+
+    fn hold_count(&self, lock: &Lock) -> Result<u32> {
+        Self::handle(lock).hold_count()
+    }
+
+    fn remaining_ttl(&self, lock: &Lock) -> Result<Option<Duration>> {
+        Self::handle(lock).remaining_ttl()
+    }
+
+    fn force_unlock(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).force_unlock()
     }
 }
 
