@@ -1,6 +1,6 @@
 //! One acquire's attempts in Redis: the facts they carry (the owner or the acquisition's token,
-//! the attempt id, the wait's registration for grants) and what they learned (when the hold's lease counts from, its
-//! token, how long Redis has not answered).
+//! the attempt id, the wait's registration for grants) and what they learned (when the hold's
+//! lease counts from, its token, how long Redis has not answered).
 
 use std::sync::Arc;
 

@@ -10,7 +10,8 @@
 //! token (they take nothing more), while a release sent late (held back on its way, its
 //! resend having freed the lock) finds the thread's next hold under another token and leaves
 //! it alone. The key holds one token however many holds the thread has: the count is kept in
-//! this process, and only the last release deletes the key.
+//! this process, and only the last release deletes the key. The `Lock` that its guards hand
+//! out answers for it (`OtherFormat`).
 //!
 //! Renewals and releases use the newer compare-and-set commands where the servers know them
 //! (`SET … IFEQ`, `DELIFEQ`, `DELEX … IFEQ`: `crate::topology::newer_commands`, per server), else scripts
@@ -106,7 +107,7 @@ if kind ~= 'string' then
 end
 local digits = string.match(redis.call('get', KEYS[1]), '^%-?(%d+)$')
 if digits and #digits <= 19 then
-    return redis.error_reply('WRONGTYPE the key holds an integer (a semaphore or latch count), not a lock')
+    return redis.error_reply('WRONGTYPE the key holds a count (a semaphore or latch), not a lock')
 end
 return redis.call('del', KEYS[1])
 "#;
@@ -366,9 +367,9 @@ fn no_fencing(name: &str) -> Error {
 /// takes it only while the key is missing, and renews or deletes it only while it holds its
 /// own token. This handle's token is chosen per acquisition, `<client id>:<thread
 /// number>:<n>`, and kept while the thread re-enters (redis-py's is a random hex per `Lock`
-/// object): a release sent late never deletes the thread's next hold. Nothing is published: a waiter polls with the spin
-/// lock's back-off (1 ms doubling to 128 ms), and a manager's threads take turns as on a
-/// [`SpinLock`](crate::SpinLock).
+/// object): a release sent late never deletes the thread's next hold. Nothing is published:
+/// a waiter polls with the spin lock's back-off (1 ms doubling to 128 ms), and a manager's
+/// threads take turns as on a [`SpinLock`](crate::SpinLock).
 ///
 /// Reentrant per thread: the key holds one token, and the holds are counted in this
 /// process; only the last release deletes the key, the others renew its lease. Every acquire
