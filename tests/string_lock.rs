@@ -33,9 +33,13 @@ fn our_hold_is_a_string_holding_the_owner_token_and_redis_py_sees_it() -> Result
     let lock = manager.get_string_lock("str:ours");
     let guard = lock.lock()?;
     let token = value(&server, "str:ours").expect("a string");
-    let (client, thread) = token.rsplit_once(':').expect("<client id>:<thread>");
-    assert_eq!(client.len(), 36, "{token}");
-    assert!(thread.parse::<u64>().is_ok(), "{token}");
+    let parts: Vec<&str> = token.split(':').collect();
+    assert_eq!(parts.len(), 3, "<client id>:<thread>:<n>: {token}");
+    assert_eq!(parts[0].len(), 36, "{token}");
+    assert!(
+        parts[1..].iter().all(|n| n.parse::<u64>().is_ok()),
+        "{token}"
+    );
     let ttl: i64 = server.conn().pttl("str:ours").unwrap();
     assert!(ttl > 20_000 && ttl <= 30_000, "the watchdog's lease: {ttl}");
 
@@ -136,11 +140,20 @@ fn reentrancy_is_counted_here_and_the_key_holds_one_token() -> Result<()> {
 
     second.unlock()?;
     assert_eq!(lock.hold_count()?, 1);
-    assert_eq!(value(&server, "str:reentrant"), Some(token), "still ours");
+    assert_eq!(
+        value(&server, "str:reentrant"),
+        Some(token.clone()),
+        "still ours"
+    );
     first.unlock()?;
     assert!(!lock.is_locked()?);
     assert_eq!(lock.hold_count()?, 0);
     assert_eq!(lock.remaining_ttl()?, None);
+    // The thread's next acquisition has a token of its own.
+    let again = lock.lock()?;
+    let next = value(&server, "str:reentrant").expect("held");
+    assert_ne!(next, token, "a token per acquisition");
+    again.unlock()?;
     Ok(())
 }
 
@@ -230,6 +243,62 @@ fn a_key_of_another_type_is_wrongtype_and_left_alone() -> Result<()> {
     assert!(wrong(lock.force_unlock().map(drop)));
     let kept: String = conn.hget("str:hash", "field").unwrap();
     assert_eq!(kept, "somebody's data", "left alone");
+    Ok(())
+}
+
+/// Invariant: a force unlock leaves a semaphore's or a latch's count alone (a decimal
+/// integer of at most 19 digits): WRONGTYPE, nothing deleted. Any other string is a token.
+#[test]
+fn force_unlock_refuses_a_semaphore_or_latch_count_and_leaves_it() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    assert!(manager.get_semaphore("str:permits").try_set_permits(3)?);
+    assert!(manager.get_count_down_latch("str:count").try_set_count(2)?);
+    let mut conn = server.conn();
+    let _: () = conn.set("str:negative", "-4").unwrap();
+    let _: () = conn.set("str:largest", i64::MAX).unwrap();
+    for name in ["str:permits", "str:count", "str:negative", "str:largest"] {
+        let before = value(&server, name);
+        let outcome = manager.get_string_lock(name).force_unlock();
+        assert!(
+            matches!(outcome, Err(Error::WrongType { .. })),
+            "{name}: {outcome:?}"
+        );
+        assert_eq!(value(&server, name), before, "{name} left alone");
+    }
+    assert_eq!(manager.get_semaphore("str:permits").available_permits()?, 3);
+    assert_eq!(manager.get_count_down_latch("str:count").count()?, 2);
+    // redis-py's token is 32 hex digits, which may all be decimal: a token, not a count.
+    let _: () = conn.set("str:digits", "1".repeat(32)).unwrap();
+    assert!(manager.get_string_lock("str:digits").force_unlock()?);
+    assert_eq!(value(&server, "str:digits"), None);
+    Ok(())
+}
+
+/// Invariant: the `Lock` a string lock's guard hands out answers for the string lock: its
+/// inspection reads the string, and its acquires take string-lock holds.
+#[test]
+fn a_string_guards_lock_handle_answers_for_the_string_lock() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "str:guard-handle";
+    let guard = manager.get_string_lock(name).lock()?;
+    let handle = guard.lock().clone();
+    assert!(handle.is_locked()?);
+    assert!(handle.is_held_by_current_thread()?);
+    assert_eq!(handle.hold_count()?, 1);
+    assert!(handle.remaining_ttl()?.expect("a lease") > Duration::from_secs(20));
+    let again = handle.try_lock(Duration::ZERO)?.expect("a re-entry");
+    assert_eq!(handle.hold_count()?, 2, "counted as the string lock's");
+    assert!(matches!(
+        handle.lock_fenced(),
+        Err(Error::InvalidArgument { .. })
+    ));
+    again.unlock()?;
+    guard.unlock()?;
+    assert!(!handle.is_locked()?);
+    let _: () = server.conn().set(name, "held by redis-py").unwrap();
+    assert!(handle.force_unlock()?, "the string deleted");
     Ok(())
 }
 
@@ -410,8 +479,53 @@ fn a_re_entry_release_whose_reply_was_lost_keeps_the_lock() -> Result<()> {
     Ok(())
 }
 
-/// Invariant: an acquire whose reply was lost leaves no hold renewed forever, and the owner's
-/// next acquire (the same token) takes the lock once, not twice.
+/// How many token-checked deletes the server ran, by whichever command it has.
+fn deletes_run(conn: &mut redis::Connection) -> u64 {
+    ["evalsha", "delifeq", "delex"]
+        .iter()
+        .map(|command| support::command_calls(conn, command))
+        .sum()
+}
+
+/// Invariant: a release whose first send was held back on its way (its connection dropped
+/// at the timeout) and that arrives after its resend freed the lock and the same thread took
+/// it again does not delete that newer hold: each acquisition has its own token.
+#[test]
+fn a_release_delayed_past_the_threads_next_acquire_leaves_that_hold_alone() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let manager = manager_through(&proxy);
+    let name = "str:late-release";
+    let lock = manager.get_string_lock(name);
+    // Once, so that the server was probed for the newer commands and has the scripts.
+    lock.lock()?.unlock()?;
+    let older = lock.lock()?;
+    // The release's first send is held back; its resend, on a new connection, passes.
+    proxy.hold_first_requests_containing(name.as_bytes(), 1);
+    older.unlock()?;
+    assert_eq!(proxy.held(), 1, "the first send was held back");
+    assert!(!lock.is_locked()?, "the resend released it");
+    let newer = lock.lock()?;
+    let mut conn = server.conn();
+    let before = deletes_run(&mut conn);
+    proxy.release_requests();
+    assert!(
+        support::eventually(Duration::from_secs(10), || deletes_run(&mut conn) > before),
+        "the held-back release reached the server"
+    );
+    assert!(
+        value(&server, name).is_some(),
+        "the newer hold's key is kept"
+    );
+    assert!(lock.is_held_by_current_thread()?);
+    newer.unlock()?;
+    assert!(!lock.is_locked()?);
+    Ok(())
+}
+
+/// Invariant: an acquire whose reply was lost leaves no hold renewed forever: it takes back
+/// the token it set (which no later acquire sends), and the owner's next acquire takes the
+/// lock at once, once.
 #[test]
 fn an_acquire_whose_reply_was_lost_leaves_one_hold_at_most() -> Result<()> {
     let server = RedisServer::start();
@@ -437,11 +551,12 @@ fn an_acquire_whose_reply_was_lost_leaves_one_hold_at_most() -> Result<()> {
         }
     };
     assert!(err.is_timeout(), "{err}");
+    // The acquire ran (its reply, not another, was dropped: it timed out) and was taken back.
     let token: Option<String> = conn.get("str:lost-acquire").unwrap();
-    assert!(token.is_some(), "the acquire ran on the server");
+    assert_eq!(token, None, "the token it set was taken back");
     assert_eq!(manager.renewing_count(), 0, "nobody renews it");
-    // The owner's next acquire finds its own token: one hold, and one release frees it.
-    let guard = lock.try_lock(Duration::ZERO)?.expect("our own token");
+    // The owner's next acquire takes it at once: one hold, and one release frees it.
+    let guard = lock.try_lock(Duration::ZERO)?.expect("free");
     assert_eq!(lock.hold_count()?, 1);
     guard.unlock()?;
     assert!(!lock.is_locked()?);

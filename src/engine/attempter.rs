@@ -1,6 +1,6 @@
-//! One acquire's attempts in Redis: the facts they carry (the owner, the attempt id, the wait's
-//! registration for grants) and what they learned (when the hold's lease counts from, its
-//! token, how long Redis has not answered).
+//! One acquire's attempts in Redis: the facts they carry (the owner or the acquisition's token,
+//! the attempt id, the wait's registration for grants) and what they learned (when the hold's
+//! lease counts from, its token, how long Redis has not answered).
 
 use std::sync::Arc;
 
@@ -22,7 +22,10 @@ pub(super) struct Attempter<'a> {
     pub(super) kind: &'static dyn LockKind,
     pub(super) keys: &'a Arc<LockKeys>,
     pub(super) thread: u64,
+    /// The owner field, or the acquisition's token where the kind has one.
     pub(super) owner: String,
+    /// Whether `owner` is the acquisition's token (see [`LockKind::fresh_token`]).
+    own_token: bool,
     pub(super) request: &'a Request,
     id: AttemptId,
     pub(super) sent: BootInstant,
@@ -45,12 +48,14 @@ impl<'a> Attempter<'a> {
         thread: u64,
         fresh: bool,
     ) -> Self {
+        let (owner, own_token) = attempt_owner(engine, kind, keys, thread, fresh);
         Attempter {
             engine,
             kind,
             keys,
             thread,
-            owner: owner_field(engine.client_id(), thread),
+            owner,
+            own_token,
             request,
             id: AttemptId::new(),
             sent: BootInstant::now(),
@@ -60,6 +65,11 @@ impl<'a> Attempter<'a> {
             // Every send of one attempt carries its id: sent again, it takes nothing more.
             outage: Outage::of(engine).resending(),
         }
+    }
+
+    /// The token the hold keeps, where its kind has one per acquisition.
+    pub(super) fn hold_token(&self) -> Option<&str> {
+        self.own_token.then_some(self.owner.as_str())
     }
 
     fn args(&self) -> AttemptArgs<'_> {
@@ -145,4 +155,27 @@ impl<'a> Attempter<'a> {
             log::warn!("lock {:?}: leaving the wait failed: {err}", self.keys.name);
         }
     }
+}
+
+/// What an acquire's attempts send as the owner, and whether it is a token of its own: the
+/// owner field, or for a kind with a token per acquisition (`LockKind::fresh_token`) the
+/// token of the hold the thread re-enters, else a fresh one. Every send of the acquire's
+/// attempts carries it, so that a resend recognises what an earlier send took.
+fn attempt_owner(
+    engine: &Engine,
+    kind: &'static dyn LockKind,
+    keys: &Arc<LockKeys>,
+    thread: u64,
+    fresh: bool,
+) -> (String, bool) {
+    let owner = owner_field(engine.client_id(), thread);
+    let Some(token) = kind.fresh_token(&owner) else {
+        return (owner, false);
+    };
+    let held = if fresh {
+        None
+    } else {
+        engine.holds.token(kind, keys, thread)
+    };
+    (held.map_or(token, |held| held.to_string()), true)
 }

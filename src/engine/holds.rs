@@ -37,9 +37,17 @@ pub(crate) struct HoldStatus {
     deadline: AtomicU64,
     /// The guards' lost signals, told when the hold is found lost; dropped with the hold.
     signals: Mutex<Vec<Sender<()>>>,
+    /// The token the hold was taken with, for a kind with one per acquisition
+    /// (`LockKind::fresh_token`): its renewals and releases send it instead of the owner field.
+    token: Option<Arc<str>>,
 }
 
 impl HoldStatus {
+    /// The hold's own token, if its kind has one per acquisition.
+    pub(crate) fn token(&self) -> Option<&Arc<str>> {
+        self.token.as_ref()
+    }
+
     /// Lost: the watchdog found it gone, or its confirmed lease is over.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) || BootInstant::now() >= self.deadline()
@@ -122,6 +130,8 @@ pub(crate) struct HoldKey {
     pub(crate) kind: &'static dyn LockKind,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) thread: u64,
+    /// The holds' token, if their kind has one per acquisition (see [`HoldStatus::token`]).
+    pub(crate) token: Option<Arc<str>>,
 }
 
 impl HoldKey {
@@ -158,6 +168,7 @@ impl Slot {
             kind: hold.kind,
             keys: Arc::clone(&self.keys),
             thread: self.thread,
+            token: hold.status.token.clone(),
         }
     }
 }
@@ -242,10 +253,11 @@ impl Holds {
 
     /// Records one more hold of `thread` on `keys`, whose lease of `lease` was confirmed by a
     /// request sent at `sent`; `renewed` ones are renewed from now on, for at most
-    /// `renew_for` when it is given.
+    /// `renew_for` when it is given. A first hold keeps `token` (see [`HoldStatus::token`]);
+    /// a re-entry was taken with the hold's own.
     pub(crate) fn register(
         &self,
-        kind: &'static dyn LockKind,
+        (kind, token): (&'static dyn LockKind, Option<&str>),
         keys: &Arc<LockKeys>,
         thread: u64,
         (renewed, renew_for): (bool, Option<Duration>),
@@ -262,7 +274,10 @@ impl Holds {
                 fixed: 0,
                 due: None,
                 renew_until: None,
-                status: Arc::new(HoldStatus::default()),
+                status: Arc::new(HoldStatus {
+                    token: token.map(Arc::from),
+                    ..HoldStatus::default()
+                }),
             });
         // Every acquire (a re-entry too) sets the key's TTL afresh.
         let deadline = lease_deadline(sent, lease);
@@ -378,6 +393,19 @@ impl Holds {
             .holds
             .get(&key)
             .map_or(0, |hold| hold.renewed + hold.fixed)
+    }
+
+    /// The token of the hold `thread` has on `keys` in the family of `kind`, if it has one
+    /// and its kind has a token per acquisition.
+    pub(crate) fn token(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+        thread: u64,
+    ) -> Option<Arc<str>> {
+        let key = Slot::of(kind, keys, thread);
+        let state = self.state.lock();
+        state.holds.get(&key)?.status.token.clone()
     }
 
     /// The family of a hold that `thread` has on `keys` and that forbids it a hold of `kind`
@@ -575,7 +603,7 @@ mod tests {
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
         let lease = Duration::from_secs(30);
         let older = holds.register(
-            &REENTRANT,
+            (&REENTRANT, None),
             &keys,
             1,
             (true, None),
@@ -587,7 +615,7 @@ mod tests {
         // and found no hold.
         holds.unregister(&REENTRANT, &keys, 1, true, &older);
         let newer = holds.register(
-            &REENTRANT,
+            (&REENTRANT, None),
             &keys,
             1,
             (true, None),
@@ -610,7 +638,7 @@ mod tests {
         let keys = Arc::new(LockKeys::new("holds:test").unwrap());
         let lease = Duration::from_secs(30);
         let older = holds.register(
-            &REENTRANT,
+            (&REENTRANT, None),
             &keys,
             1,
             (true, None),
@@ -623,7 +651,7 @@ mod tests {
         assert!(matches!(unregistered, Unregistered::Lost { newer: false }));
         // Taken again by the same thread: a hold of its own.
         let newer = holds.register(
-            &REENTRANT,
+            (&REENTRANT, None),
             &keys,
             1,
             (true, None),

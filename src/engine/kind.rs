@@ -96,6 +96,15 @@ pub(crate) trait LockKind: Sync {
         false
     }
 
+    /// The token a fresh acquisition by `owner` (its owner field) sends and its hold keeps,
+    /// for a kind whose key holds one token per acquisition (the string lock: a release sent
+    /// late must not delete the owner's next hold); `None` for the kinds whose holds are
+    /// counted in the owner field itself.
+    fn fresh_token(&self, owner: &str) -> Option<String> {
+        let _ = owner;
+        None
+    }
+
     /// One attempt to take a hold as `args` say; reports the holder's TTL when it is held
     /// (for a queue: how long until this owner's turn may come).
     fn attempt(
@@ -260,7 +269,8 @@ pub(crate) struct Listeners {
 
 /// What one attempt asks for.
 pub(crate) struct AttemptArgs<'a> {
-    /// The owner field: `<client id>:<thread number>`.
+    /// The owner field, `<client id>:<thread number>`, or the acquisition's token for a kind
+    /// that has one ([`LockKind::fresh_token`]).
     pub(crate) owner: &'a str,
     /// The lease to set, in ms.
     pub(crate) lease_ms: u64,

@@ -268,6 +268,16 @@ impl Engine {
         self.holds.count(kind, keys, current_thread_number())
     }
 
+    /// The token of the calling thread's hold of `kind` on `keys` through this manager, for a
+    /// kind with one per acquisition (see [`LockKind::fresh_token`]).
+    pub(crate) fn own_token(
+        &self,
+        kind: &'static dyn LockKind,
+        keys: &Arc<LockKeys>,
+    ) -> Option<Arc<str>> {
+        self.holds.token(kind, keys, current_thread_number())
+    }
+
     /// A force unlock through this manager: every local hold of the lock is lost, and
     /// whoever had the local turn passes it on.
     pub(crate) fn forget_holds(&self, keys: &Arc<LockKeys>) {
@@ -386,7 +396,7 @@ impl Engine {
         let renewed = request.fixed.is_none();
         let lease = Duration::from_millis(request.lease_ms);
         let status = self.holds.register(
-            attempter.kind,
+            (attempter.kind, attempter.hold_token()),
             keys,
             thread,
             (renewed, request.max_hold),

@@ -37,7 +37,11 @@ impl Engine {
         self.check_process()?;
         let left = self.count_off(keys, held)?;
         let kind = held.kind;
-        let owner = owner_field(&self.client_id, held.thread);
+        // A kind with a token per acquisition releases by the hold's token.
+        let owner = held.status.token().map_or_else(
+            || owner_field(&self.client_id, held.thread),
+            |token| token.to_string(),
+        );
         let channel = kind.channel(keys, &owner);
         let last = left.total == 0;
         let takes_turns = kind.takes_turns().is_some();

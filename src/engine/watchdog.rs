@@ -76,7 +76,10 @@ fn renew(store: &LockStore, client_id: &str, timeout_ms: u64, sweep: &Sweep) -> 
     let owners: Vec<String> = sweep
         .batch
         .iter()
-        .map(|hold| owner_field(client_id, hold.thread))
+        .map(|hold| match &hold.token {
+            Some(token) => token.to_string(),
+            None => owner_field(client_id, hold.thread),
+        })
         .collect();
     let pairs: Vec<(&str, &str)> = sweep
         .batch

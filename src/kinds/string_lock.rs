@@ -4,10 +4,14 @@
 //! deleted only while it holds the owner's token. Nothing is published: waiters poll, as a
 //! spin lock's do, through the same engine path (`LockKind::spins`).
 //!
-//! The token is the owner field, `<client id>:<thread number>`: unique per owner, so a
-//! thread's re-entry and a resend of an attempt whose reply was lost both find their own token
-//! and take nothing more. The key holds one token however many holds the thread has: the
-//! count is kept in this process, and only the last release deletes the key.
+//! The token is chosen per acquisition, `<client id>:<thread number>:<n>` with `n` counting
+//! this process's fresh acquisitions, and kept with the hold in the engine's registry: a
+//! re-entry and a resend of an attempt whose reply was lost send it again and find their own
+//! token (they take nothing more), while a release sent late (held back on its way, its
+//! resend having freed the lock) finds the thread's next hold under another token and leaves
+//! it alone. The key holds one token however many holds the thread has: the count is kept in
+//! this process, and only the last release deletes the key. The `Lock` that its guards hand
+//! out answers for it (`OtherFormat`).
 //!
 //! Renewals and releases use the newer compare-and-set commands where the servers know them
 //! (`SET … IFEQ`, `DELIFEQ`, `DELEX … IFEQ`: `crate::topology::newer_commands`, per server), else scripts
@@ -15,6 +19,7 @@
 //! the wire format and the interoperation.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +29,7 @@ use crate::engine::kind::{AttemptArgs, KindId, LockKind, TakesTurns};
 use crate::engine::options::AcquireOptions;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard};
+use crate::kinds::lock::{acquire_shorthands, Lock, LockGuard, OtherFormat};
 use crate::names::LockKeys;
 use crate::store::scripts::Script;
 use crate::store::{Attempt, LockStore, Op, Release};
@@ -87,8 +92,11 @@ return out
 "#;
 
 /// The string lock's force unlock: `KEYS[1]` lock key. Deletes a string key, whoever's token
-/// it holds, and replies 1, or 0 when there was none; a key of another type is refused with
-/// WRONGTYPE and left alone. Publishes nothing.
+/// it holds, and replies 1, or 0 when there was none. A key of another type, or a string that
+/// is a count rather than a token (a semaphore's permits, a latch's count: a decimal integer,
+/// optionally negative, of at most 19 digits, as `INCRBY` keeps them), is refused with
+/// WRONGTYPE and left alone. No lock's token is such a count: redis-py's is 32 hex digits
+/// (too long), ours contains ':'. Publishes nothing.
 pub const STRING_FORCE_UNLOCK: &str = r#"
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
@@ -96,6 +104,10 @@ if kind == 'none' then
 end
 if kind ~= 'string' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local digits = string.match(redis.call('get', KEYS[1]), '^%-?(%d+)$')
+if digits and #digits <= 19 then
+    return redis.error_reply('WRONGTYPE the key holds a count (a semaphore or latch), not a lock')
 end
 return redis.call('del', KEYS[1])
 "#;
@@ -105,6 +117,10 @@ static RELEASE_SCRIPT: Script = Script::new(STRING_RELEASE);
 static EXTEND_SCRIPT: Script = Script::new(STRING_EXTEND);
 static RENEW_SCRIPT: Script = Script::new(STRING_RENEW);
 static FORCE_UNLOCK_SCRIPT: Script = Script::new(STRING_FORCE_UNLOCK);
+
+/// Fresh acquisitions by this process so far: the last part of their tokens, which the
+/// client id (one per manager) makes unique across managers and processes.
+static ACQUISITIONS: AtomicU64 = AtomicU64::new(0);
 
 /// As for the other kinds' renewals: 100 keys per script call keeps each call short.
 const RENEW_KEYS_PER_CALL: usize = 100;
@@ -125,6 +141,11 @@ impl LockKind for StringKind {
         true
     }
 
+    fn fresh_token(&self, owner: &str) -> Option<String> {
+        let n = ACQUISITIONS.fetch_add(1, Ordering::Relaxed) + 1;
+        Some(format!("{owner}:{n}"))
+    }
+
     fn attempt(
         &self,
         store: &LockStore,
@@ -136,9 +157,17 @@ impl LockKind for StringKind {
         }
         let mut call = ACQUIRE_SCRIPT.key(&*keys.name);
         call.arg(args.owner).arg(args.lease_ms);
-        let pttl: Option<i64> =
-            store.run_attempt(&keys.name, |conn| call.invoke(conn), Option::is_none)?;
-        Ok(Attempt::from_reply(pttl))
+        let pttl: Result<Option<i64>> =
+            store.run_attempt(&keys.name, |conn| call.invoke(conn), Option::is_none);
+        match pttl {
+            // A fresh acquisition's token is sent by no later acquire: what it may have
+            // taken would stay until its lease ends. A re-entry's token is its hold's.
+            Err(err) if args.fresh && (err.is_timeout() || err.is_connection_error()) => {
+                take_back(store, keys, args.owner);
+                Err(err)
+            }
+            pttl => Ok(Attempt::from_reply(pttl?)),
+        }
     }
 
     fn release(
@@ -234,6 +263,22 @@ fn delete_if_ours(store: &LockStore, keys: &LockKeys, owner: &str) -> Result<Rel
     })
 }
 
+/// After a fresh acquisition's attempt whose reply was lost (it may have set the key with a
+/// token no later acquire sends): deletes the key while it holds `token`, once, at best. An
+/// attempt of the same acquire sent again later (riding out a failover) sets it anew.
+fn take_back(store: &LockStore, keys: &LockKeys, token: &str) {
+    let deleted = store.run_knowing(Op::Release, &keys.name, |conn, newer| {
+        delete_call(newer, conn, &keys.name, token)
+    });
+    if let Err(err) = deleted {
+        log::debug!(
+            "string lock {:?}: an acquire's reply was lost, and taking back what it may have \
+             taken failed ({err}); it expires with its lease",
+            keys.name
+        );
+    }
+}
+
 /// Runs `send`, and once more when its reply was lost (a timeout, a broken connection): a
 /// token-checked delete or renewal changes nothing more when it ran already.
 fn send_again_if_lost<T>(name: &str, send: impl Fn() -> Result<T>) -> Result<T> {
@@ -320,16 +365,19 @@ fn no_fencing(name: &str) -> Error {
 ///
 /// Python code that takes `redis.Redis().lock(name)` and this handle share one lock: each
 /// takes it only while the key is missing, and renews or deletes it only while it holds its
-/// own token. This handle's token is its owner, `<client id>:<thread number>` (redis-py's
-/// is a random hex per `Lock` object). Nothing is published: a waiter polls with the spin
-/// lock's back-off (1 ms doubling to 128 ms), and a manager's threads take turns as on a
-/// [`SpinLock`](crate::SpinLock).
+/// own token. This handle's token is chosen per acquisition, `<client id>:<thread
+/// number>:<n>`, and kept while the thread re-enters (redis-py's is a random hex per `Lock`
+/// object): a release sent late never deletes the thread's next hold. Nothing is published:
+/// a waiter polls with the spin lock's back-off (1 ms doubling to 128 ms), and a manager's
+/// threads take turns as on a [`SpinLock`](crate::SpinLock).
 ///
 /// Reentrant per thread: the key holds one token, and the holds are counted in this
 /// process; only the last release deletes the key, the others renew its lease. Every acquire
 /// returns a [`LockGuard`] that releases one hold. The watchdog renews it like any lock. The
-/// guard's [`LockGuard::lock`] is a [`Lock`] of the same name, whose inspection calls read a
-/// hash (WRONGTYPE here): ask this handle instead.
+/// guard's [`LockGuard::lock`] is a [`Lock`] that answers for this string lock: its
+/// acquires take string-lock holds (fencing refused), and its inspection calls and force
+/// unlock are this handle's ([`Lock::current_token`] reads Redisson's fencing counter, which
+/// a string lock never writes: `None`).
 ///
 /// No fencing tokens: [`lock_fenced`](Self::lock_fenced) and fenced options are
 /// [`Error::InvalidArgument`]. A key of this name of another type (a [`Lock`]'s hash, say) is
@@ -342,7 +390,7 @@ pub struct StringLock {
 impl StringLock {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
         StringLock {
-            lock: Lock::new(engine, name),
+            lock: Lock::in_format(engine, name, &STRING_FORMAT),
         }
     }
 
@@ -378,13 +426,13 @@ impl StringLock {
     }
 
     /// Whether the calling thread holds the lock through this manager: whether the key holds
-    /// its token.
+    /// the token of its hold.
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
         self.token_is_ours(Op::IsHeldBy)
     }
 
     /// How many holds the calling thread has on the lock: as this process counts them while
-    /// the key holds its token (at least 1 then), 0 when it does not.
+    /// the key holds the token of its hold (at least 1 then), 0 when it does not.
     pub fn hold_count(&self) -> Result<u32> {
         if !self.token_is_ours(Op::HoldCount)? {
             return Ok(0);
@@ -413,8 +461,11 @@ impl StringLock {
 
     /// Deletes the lock whoever holds it (redis-py's holder included), announcing nothing
     /// (pollers find it free); `true` if it was held. The former holder's guards then fail to
-    /// release with [`Error::NotHeld`]. A key of this name of another type is left alone and
-    /// reported as [`Error::WrongType`]; any string there is taken for a lock.
+    /// release with [`Error::NotHeld`]. A key of this name of another type, or a string that
+    /// is a count rather than a token (a [`Semaphore`](crate::Semaphore)'s permits or a
+    /// [`CountDownLatch`](crate::CountDownLatch)'s count: a decimal integer of at most 19
+    /// digits, optionally negative), is left alone and reported as [`Error::WrongType`]; any
+    /// other string is taken for a lock.
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.lock.keys()?;
         let engine = self.lock.engine()?;
@@ -424,15 +475,15 @@ impl StringLock {
         Ok(deleted == 1)
     }
 
-    /// Whether the key holds the calling thread's token (`GET`; WRONGTYPE for a key of
-    /// another type).
+    /// Whether the key holds the token of the calling thread's hold (`GET`; WRONGTYPE for a
+    /// key of another type); never without a hold here, whose token it would be.
     fn token_is_ours(&self, op: Op) -> Result<bool> {
         let engine = self.lock.engine()?;
         let keys = self.lock.keys()?;
-        let owner = engine.current_owner();
+        let ours = engine.own_token(&STRING, keys);
         let token: Option<String> =
             self.run(op, |conn| redis::cmd("GET").arg(&*keys.name).query(conn))?;
-        Ok(token.as_deref() == Some(owner.as_str()))
+        Ok(token.is_some() && token.as_deref() == ours.as_deref())
     }
 
     /// Runs one round trip on the master of the lock's key.
@@ -443,6 +494,46 @@ impl StringLock {
     ) -> Result<T> {
         let keys = self.lock.keys()?;
         self.lock.engine()?.store().run(op, &keys.name, 1, query)
+    }
+}
+
+/// What the `Lock` of a string lock's guard ([`LockGuard::lock`]) answers with: the string
+/// lock's own calls.
+static STRING_FORMAT: StringFormat = StringFormat;
+
+/// The string lock as an [`OtherFormat`] of [`Lock`].
+struct StringFormat;
+
+impl StringFormat {
+    /// The string lock handle that `lock` is the inner `Lock` of.
+    fn handle(lock: &Lock) -> StringLock {
+        StringLock { lock: lock.clone() }
+    }
+}
+
+impl OtherFormat for StringFormat {
+    fn acquire(&self, lock: &Lock, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        Self::handle(lock).acquire(options)
+    }
+
+    fn is_locked(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).is_locked()
+    }
+
+    fn is_held_by_current_thread(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).is_held_by_current_thread()
+    }
+
+    fn hold_count(&self, lock: &Lock) -> Result<u32> {
+        Self::handle(lock).hold_count()
+    }
+
+    fn remaining_ttl(&self, lock: &Lock) -> Result<Option<Duration>> {
+        Self::handle(lock).remaining_ttl()
+    }
+
+    fn force_unlock(&self, lock: &Lock) -> Result<bool> {
+        Self::handle(lock).force_unlock()
     }
 }
 

@@ -35,6 +35,9 @@ struct Shared {
     reply_delay_us: AtomicUsize,
     /// Requests (client-to-server reads) containing these bytes wait until it is cleared.
     hold_requests: Mutex<Option<Vec<u8>>>,
+    /// How many more matching requests are held back; the later ones pass (`usize::MAX`:
+    /// all of them).
+    hold_left: AtomicUsize,
     /// Requests held back so far.
     held: AtomicUsize,
     /// Commands answered with an error reply instead of by the server.
@@ -131,7 +134,16 @@ impl Proxy {
     /// whatever else its connection sends after it, until [`Proxy::release_requests`]: the
     /// server runs it late, while the client already counts it as sent.
     pub fn hold_requests_containing(&self, bytes: &[u8]) {
-        *self.shared.hold_requests.lock().unwrap() = Some(bytes.to_vec());
+        self.hold_first_requests_containing(bytes, usize::MAX);
+    }
+
+    /// From now on, the next `count` requests containing `bytes` are held back as by
+    /// [`Proxy::hold_requests_containing`], and later ones pass: a first send delayed on
+    /// its way while the client's resend gets through.
+    pub fn hold_first_requests_containing(&self, bytes: &[u8], count: usize) {
+        let mut pattern = self.shared.hold_requests.lock().unwrap();
+        self.shared.hold_left.store(count, Ordering::SeqCst);
+        *pattern = Some(bytes.to_vec());
     }
 
     /// Lets the held-back requests through, and holds back no more.
@@ -212,6 +224,12 @@ fn hold_if_matching(shared: &Shared, request: &[u8]) {
     };
     if !matches(&shared.hold_requests.lock().unwrap()) {
         return;
+    }
+    let held = shared
+        .hold_left
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    if held.is_err() {
+        return; // as many as asked are held back already
     }
     shared.held.fetch_add(1, Ordering::SeqCst);
     while matches(&shared.hold_requests.lock().unwrap()) && !shared.stopped.load(Ordering::SeqCst) {

@@ -1,5 +1,5 @@
 //! `redis-rlock status NAME --kind string`: a lock in redis-py's format, a string key holding
-//! its holder's token (ours `<client id>:<thread>`, redis-py's 32 hex digits) with its TTL.
+//! its holder's token (ours `<client id>:<thread>:<n>`, redis-py's 32 hex digits) with its TTL.
 
 use redis_rlock::LockManager;
 

@@ -39,6 +39,21 @@ pub(crate) use kind::REENTRANT;
 pub struct Lock {
     engine: Arc<Engine>,
     name: Name,
+    /// For the `Lock` a handle of another format wraps (a string lock's), that format: its
+    /// acquires and inspection calls answer for it (see [`OtherFormat`]).
+    format: Option<&'static dyn OtherFormat>,
+}
+
+/// A lock format other than the hash of hold counts, whose handle wraps a [`Lock`] (the
+/// string lock): the `Lock` its guards hand out ([`LockGuard::lock`]) acquires and inspects
+/// through it, so that it answers for that lock instead of reading a hash.
+pub(crate) trait OtherFormat: Send + Sync {
+    fn acquire(&self, lock: &Lock, options: AcquireOptions) -> Result<Option<LockGuard>>;
+    fn is_locked(&self, lock: &Lock) -> Result<bool>;
+    fn is_held_by_current_thread(&self, lock: &Lock) -> Result<bool>;
+    fn hold_count(&self, lock: &Lock) -> Result<u32>;
+    fn remaining_ttl(&self, lock: &Lock) -> Result<Option<Duration>>;
+    fn force_unlock(&self, lock: &Lock) -> Result<bool>;
 }
 
 /// A lock's name: checked once, when the handle is made; an invalid one is kept to report
@@ -55,7 +70,23 @@ impl Lock {
             Ok(keys) => Name::Valid(Arc::new(keys)),
             Err(_) => Name::Invalid(Arc::from(name)),
         };
-        Lock { engine, name }
+        Lock {
+            engine,
+            name,
+            format: None,
+        }
+    }
+
+    /// The `Lock` that a handle of `format` wraps (see [`OtherFormat`]).
+    pub(crate) fn in_format(
+        engine: Arc<Engine>,
+        name: &str,
+        format: &'static dyn OtherFormat,
+    ) -> Self {
+        Lock {
+            format: Some(format),
+            ..Lock::new(engine, name)
+        }
     }
 
     /// The lock's name, which is also its Redis key.
@@ -179,17 +210,26 @@ impl Lock {
 
     /// Whether anyone (any thread, process or client) holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
+        if let Some(format) = self.format {
+            return format.is_locked(self);
+        }
         protocol::is_locked(self.engine()?.store(), self.keys()?)
     }
 
     /// Whether the calling thread holds the lock through this manager.
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        if let Some(format) = self.format {
+            return format.is_held_by_current_thread(self);
+        }
         let engine = self.engine()?;
         protocol::is_held_by(engine.store(), self.keys()?, &engine.current_owner())
     }
 
     /// How many holds the calling thread has on the lock (0 when it holds none).
     pub fn hold_count(&self) -> Result<u32> {
+        if let Some(format) = self.format {
+            return format.hold_count(self);
+        }
         let engine = self.engine()?;
         protocol::hold_count(engine.store(), self.keys()?, &engine.current_owner())
     }
@@ -197,6 +237,9 @@ impl Lock {
     /// The lock's remaining lease as Redis sees it; `None` when nobody holds it (or its key
     /// has no expiry, which only a foreign writer can cause).
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        if let Some(format) = self.format {
+            return format.remaining_ttl(self);
+        }
         protocol::remaining_ttl(self.engine()?.store(), self.keys()?)
     }
 
@@ -208,6 +251,9 @@ impl Lock {
     /// watchdog drops their renewal at its next sweep. A key of this name that is not a lock
     /// is left alone and reported as [`Error::WrongType`](crate::Error::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
+        if let Some(format) = self.format {
+            return format.force_unlock(self);
+        }
         let keys = self.keys()?;
         let engine = self.engine()?;
         let released = protocol::force_unlock(engine.store(), keys)?;
@@ -233,6 +279,9 @@ impl Lock {
     /// # Ok::<(), redis_rlock::Error>(())
     /// ```
     pub fn acquire(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        if let Some(format) = self.format {
+            return format.acquire(self, options);
+        }
         self.acquire_as(&REENTRANT, options)
     }
 
@@ -348,7 +397,9 @@ impl LockGuard {
         self.lock.valid_keys()
     }
 
-    /// The [`Lock`] handle this guard holds.
+    /// The [`Lock`] handle this guard holds: a string lock's guard holds one that answers for
+    /// the string lock (see [`StringLock`](crate::StringLock)), the other kinds' guards the
+    /// plain `Lock` of their name.
     pub fn lock(&self) -> &Lock {
         &self.lock
     }
