@@ -138,14 +138,15 @@ fn is_master(shared: &Shared, addr: &str, refresh: bool) -> bool {
         .any(|pool| pool.addr() == addr)
 }
 
-/// [`is_master`], after asking the deployment again when the sentinels no longer name `addr`
-/// as their settled master. The sentinels are asked, not the master (which may be the one
-/// that stopped answering), and without the map's discovery lock, which the watchdog's
-/// renewals wait for. A cluster needs none of it: a node that lost its slots says so to its
-/// sharded subscribers, and plain pub/sub reaches every node.
+/// [`is_master`], after finding the masters again when the sentinels name, settled, another
+/// master than `addr`. The sentinels are asked, not the master (which may be the one that
+/// stopped answering); a discovery starts only once they agree on a new master that answers,
+/// so it never holds the map's discovery lock, which the watchdog's renewals wait for, while
+/// a frozen master is asked. A cluster needs none of it: a node that lost its slots says so to
+/// its sharded subscribers, and plain pub/sub reaches every node.
 fn is_master_now(shared: &Shared, addr: &str) -> bool {
     let topology = shared.store.topology();
-    if topology.capabilities().sentinels_vouch && topology.failover_suspected(addr) {
+    if topology.sentinels_name_another_master(addr) {
         topology.refresh_unless_under_way(topology.map().generation);
     }
     is_master(shared, addr, false)

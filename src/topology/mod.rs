@@ -314,6 +314,15 @@ impl Topology {
         discover(&self.discovery, &self.nodes, current)
     }
 
+    /// Whether the sentinels name, settled, a master other than `addr` (asked of them, not of
+    /// any master); `false` on other deployments.
+    pub(crate) fn sentinels_name_another_master(&self, addr: &str) -> bool {
+        match &self.discovery {
+            Discovery::Sentinel(sentinel) => sentinel.names_another_master(&self.nodes, addr),
+            _ => false,
+        }
+    }
+
     /// Whether the master at `addr` may be being replaced, so that fewer of its replicas
     /// than before acknowledging a write does not mean that they failed: on Sentinel, unless
     /// a sentinel vouches for it; on a cluster, when the node itself still lists replicas it

@@ -140,6 +140,38 @@ impl Sentinel {
         true
     }
 
+    /// Whether the first sentinel that answers names, settled (neither down nor failing
+    /// over), a master other than `addr`: the master moved, and a discovery now finds the new
+    /// one without waiting for the old. `false` while a failover is under way, or when no
+    /// sentinel answers.
+    pub(crate) fn names_another_master(&self, nodes: &Nodes, addr: &str) -> bool {
+        for sentinel in &self.sentinels {
+            match self.settled_master(nodes, sentinel) {
+                Ok(named) => return named.is_some_and(|named| named != addr),
+                Err(err) => log::debug!("sentinel {}: {err}", sentinel.addr()),
+            }
+        }
+        false
+    }
+
+    /// The master `sentinel` names, `None` when it is down or failing over.
+    fn settled_master(&self, nodes: &Nodes, sentinel: &ConnectionInfo) -> Result<Option<String>> {
+        let mut conn = self.probe(nodes, sentinel)?;
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("MASTER").arg(&self.master_name);
+        let master = pool::query_again_if_interrupted::<HashMap<String, String>>(&mut conn, &cmd)
+            .map_err(|source| Error::Redis {
+            operation: "asking a sentinel about the master",
+            source: crate::error::RedisFailure::new(source),
+        })?;
+        Ok(match (master.get("ip"), master.get("port")) {
+            (Some(ip), Some(port)) if sentinel_says_settled(&master, &format!("{ip}:{port}")) => {
+                Some(format!("{ip}:{port}"))
+            }
+            _ => None,
+        })
+    }
+
     /// A connection to a sentinel. The URL's credentials are the master's; sentinels often
     /// have none of their own (Redis then refuses any AUTH), so when they refuse the
     /// credentials, the sentinel is asked without them. A sentinel that needs other
