@@ -21,8 +21,9 @@ const RENEW_KEYS_PER_CALL: usize = 100;
 const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
 
 /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
-/// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
-/// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
+/// `lease_ms`, or reports the holder's remaining lease. A repeated send takes nothing more: a
+/// re-entry's by its `attempt_id` (the same in every send, see `attempt_script!`), a fresh
+/// attempt's because it sets the owner's hold to one (`ACQUIRE`).
 ///
 /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
 /// release made to it (docs/design/engine.md, "Grants") instead of counting a second hold. With
