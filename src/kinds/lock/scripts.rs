@@ -274,11 +274,13 @@ pub const RELEASE: &str = latched_script!(
         server_ms_fn!(),
         waiters_tidy_fn!(),
         r#"
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local holds = redis.call('hget', KEYS[1], ARGV[3])
+if not holds then
     return nil
 end
 local result = 1
-if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+-- The last hold ('1') needs no count written: the key goes.
+if holds ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     result = 0
 else
