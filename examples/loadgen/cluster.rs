@@ -31,7 +31,8 @@ pub(crate) fn cluster_workloads(scale: &Scale) -> Vec<Row> {
         .find(|k| cluster.master_for_slot(support::cluster::RedisCluster::slot_of(k)) == master)
         .expect("a key on the same master");
     let mut raw = RawLock::connect(&format!("redis://127.0.0.1:{master}/"), &raw_key)
-        .publishing_with("spublish");
+        .publishing_with("spublish")
+        .marked();
     let unsynced = LockManager::cluster_builder(&seeds)
         .replica_sync(false)
         .build()

@@ -17,8 +17,9 @@
 //! W6 runs this binary again as child processes (`--w6-child`, see [`w6_child`]).
 //!
 //! One module per workload family (`w1` … `w8`, `w6s`, `redlock`, `semaphores`, `cluster`),
-//! the floors they share (`raw_lock`, `handoff_floors`), and the shared parts: `args` (the
-//! command line and sizes), `measure` (what is measured and checked), `table` (the output).
+//! the floors they share (`raw_lock`, `redisson_raw`, `handoff_floors`), and the shared
+//! parts: `args` (the command line and sizes), `measure` (what is measured and checked),
+//! `table` (the output).
 //! The servers come from the test fixtures (`redis_rlock_testkit`).
 
 mod args;
@@ -26,6 +27,7 @@ mod cluster;
 mod handoff_floors;
 mod measure;
 mod raw_lock;
+mod redisson_raw;
 mod redlock;
 mod semaphores;
 mod table;

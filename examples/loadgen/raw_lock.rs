@@ -19,6 +19,9 @@ pub(crate) struct RawLock {
     /// What counts the channel's subscribers for grants: `numsub`, or `shardnumsub` with
     /// sharded pub/sub (as the lock's scripts).
     numsub: &'static str,
+    /// Whether acquires carry an attempt id (and so write the attempt marker), as the lock's
+    /// fresh acquires do on a cluster only.
+    marked: bool,
 }
 
 impl RawLock {
@@ -42,7 +45,14 @@ impl RawLock {
             ),
             publish: "publish",
             numsub: "numsub",
+            marked: false,
         }
+    }
+
+    /// Acquires with attempt ids, as the lock's fresh acquires on a cluster.
+    pub(crate) fn marked(mut self) -> Self {
+        self.marked = true;
+        self
     }
 
     /// Announces releases with `command` (`spublish` on a Redis 7 cluster).
@@ -67,7 +77,13 @@ impl RawLock {
             .key(format!("redis_rlock__waiters:{{{}}}", self.key))
             .arg(30_000)
             .arg(&self.owner)
-            .arg(self.request) // the attempt id: the release below moves it on
+            // The attempt id (the release below moves it on), or none: a fresh acquire outside
+            // a cluster writes no attempt marker.
+            .arg(if self.marked {
+                self.request.to_string()
+            } else {
+                String::new()
+            })
             .arg(11_000)
             .invoke(&mut self.conn)
             .expect("raw acquire");

@@ -1,4 +1,5 @@
-//! W2: threads contending for one lock, against the raw lock contending the same way.
+//! W2: threads contending for one lock, against raw spin loops (`SET NX PX`, Redisson's hash
+//! script) contending the same way.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -11,6 +12,7 @@ use redis_rlock_testkit as support;
 
 use crate::args::Scale;
 use crate::measure::{percentiles, violation, Percentiles};
+use crate::redisson_raw::RedissonRaw;
 use crate::table::{micros, row, Row};
 
 /// What one contended run measured.
@@ -93,7 +95,8 @@ pub(crate) fn increment(conn: &mut redis::Connection, key: &str) {
     let _: () = conn.set(key, value.unwrap_or(0) + 1).expect("SET");
 }
 
-/// W2: threads contend on one key; against a raw `SET NX PX` spin-retry loop.
+/// W2: threads contend on one key; against a raw `SET NX PX` spin-retry loop and Redisson's
+/// hash acquire script retried the same way.
 pub(crate) fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row> {
     let manager = LockManager::new(url).expect("manager");
     let before = manager.stats().commands;
@@ -153,6 +156,34 @@ pub(crate) fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row>
         },
     );
 
+    // Issue 32's peer floor: Redisson's hash acquire retried at once until it takes the
+    // lock, then its latched unlock.
+    let hash = RedissonRaw::new(&mut support::nodelay_conn(url), "loadgen:w2:hash");
+    let hash_spin = contend(
+        url,
+        threads,
+        scale.w2_duration,
+        "loadgen:w2:hash-counter",
+        |conn| {
+            let owner = format!(
+                "00000000-0000-0000-0000-000000000000:{:?}",
+                thread::current().id()
+            );
+            let start = Instant::now();
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                if hash.try_lock(conn, &owner) {
+                    break;
+                }
+            }
+            let wait = start.elapsed();
+            increment(conn, "loadgen:w2:hash-counter");
+            hash.unlock(conn, &owner);
+            (wait, sent + 3)
+        },
+    );
+
     let label = if threads == 4 {
         "W2 contended, 4 threads"
     } else {
@@ -163,6 +194,16 @@ pub(crate) fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row>
             format!("{:.0}", spin.per_second()),
             lock.per_second() / spin.per_second(),
             "≥ 0.8",
+        ),
+        row(
+            label,
+            "cycles/s, against Redisson's hash spin loop raw",
+            format!("{:.0}", lock.per_second()),
+        )
+        .against(
+            format!("{:.0}", hash_spin.per_second()),
+            lock.per_second() / hash_spin.per_second(),
+            "≥ 0.85",
         ),
         row(
             label,
@@ -187,7 +228,7 @@ pub(crate) fn w2_contended(url: &str, scale: &Scale, threads: usize) -> Vec<Row>
         row(
             label,
             "critical sections (counter exact)",
-            format!("{} / {}", lock.cycles, spin.cycles),
+            format!("{} / {} / {}", lock.cycles, spin.cycles, hash_spin.cycles),
         ),
     ]
 }

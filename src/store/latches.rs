@@ -3,6 +3,8 @@
 //! the first did; the latches of a lock's earlier releases are remembered here and deleted by
 //! its next release.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use redis::{Connection, RedisResult};
 
 use super::resend::is_lost_reply;
@@ -17,6 +19,29 @@ const LATCHES_REMEMBERED: usize = 1024;
 /// At most this many latches of one lock wait for deletion (overlapping releases).
 const LATCHES_PER_LOCK: usize = 8;
 
+/// The request ids of a client's unlock latches: 32 lower-case hex digits, as Redisson's, made
+/// of 64 random bits drawn once per manager and the count of its releases. Unique among
+/// clients as a random id is, without asking the OS for random bytes at every release (a
+/// system call on the release's path).
+pub(super) struct LatchIds {
+    client: u64,
+    next: AtomicU64,
+}
+
+impl LatchIds {
+    pub(super) fn new() -> Self {
+        LatchIds {
+            client: uuid::Uuid::new_v4().as_u64_pair().0,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}{n:016x}", self.client)
+    }
+}
+
 impl LockStore {
     /// Runs one release script call made idempotent by a latch (see `RELEASE`): `call` gets
     /// a connection, this call's new latch key and the latches of this client's earlier
@@ -28,7 +53,7 @@ impl LockStore {
         keys: &LockKeys,
         call: impl Fn(&mut Connection, &str, &[String]) -> RedisResult<T>,
     ) -> Result<T> {
-        let latch = keys.latch(&uuid::Uuid::new_v4().simple().to_string());
+        let latch = keys.latch(&self.latch_ids.next());
         let previous = self
             .last_latch
             .lock()
@@ -58,5 +83,26 @@ impl LockStore {
         }
         pending.push(latch);
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LatchIds;
+
+    #[test]
+    fn latch_ids_are_32_hex_digits_and_differ() {
+        let ids = LatchIds::new();
+        let (first, second) = (ids.next(), ids.next());
+        assert_eq!(first.len(), 32);
+        assert!(first
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(first, second);
+        assert_ne!(
+            first[..16],
+            LatchIds::new().next()[..16],
+            "each manager draws its own"
+        );
     }
 }

@@ -80,6 +80,7 @@ pub(crate) struct LockStore {
     /// one; more when releases overlapped): the next release of that lock deletes them (see
     /// `RELEASE`), so a busy lock leaves a latch or two behind, not one per unlock.
     last_latch: Mutex<HashMap<Box<str>, Vec<String>>>,
+    latch_ids: latches::LatchIds,
     /// What this client sent; the listener and the watchdog count here too.
     pub(crate) counters: Arc<Counters>,
 }
@@ -109,6 +110,7 @@ impl LockStore {
             response_timeout: config.response_timeout,
             pubsub_protocol: config.pubsub_protocol,
             last_latch: Mutex::new(HashMap::new()),
+            latch_ids: latches::LatchIds::new(),
             counters: Arc::new(Counters::default()),
         };
         store.load_scripts(preload)?;

@@ -44,6 +44,11 @@ pub(crate) use latched_script;
 /// new connection that wrote nothing would be acknowledged at once, whether or not any
 /// replica has what the first send wrote. The write comes after it in the replication
 /// stream, so `WAIT` covers both.
+///
+/// With `unmarked_when`, a Lua condition on the call's keys and arguments, an attempt for which
+/// it holds neither reads nor writes the marker: the body must then take no more on a repeated
+/// send by itself (the reentrant lock's fresh attempt, which makes its hold the owner's only
+/// one: docs/design/guarantees.md, "What the attempt marker and the unlock latch repair").
 macro_rules! attempt_script {
     (marker = $marker:literal, id = $id:literal, ttl = $ttl:literal, held = $held:literal,
      replay = $replay:expr, $body:expr) => {
@@ -56,7 +61,38 @@ macro_rules! attempt_script {
             $ttl,
             "])\nend\nlocal seen = redis.call('get', KEYS[",
             $marker,
-            "])\nif seen and string.sub(seen, 1, #ARGV[",
+            "])",
+            $crate::store::scripts::attempt_replay!($marker, $id, $ttl, $held, $replay),
+            $body
+        )
+    };
+    (unmarked_when = $unmarked:literal, marker = $marker:literal, id = $id:literal,
+     ttl = $ttl:literal, held = $held:literal, replay = $replay:expr, $body:expr) => {
+        concat!(
+            "\nlocal unmarked = ",
+            $unmarked,
+            "\nlocal function taken(stored)\n    if not unmarked then\n        redis.call('set', KEYS[",
+            $marker,
+            "], ARGV[",
+            $id,
+            "] .. ':' .. (stored or ''), 'px', ARGV[",
+            $ttl,
+            "])\n    end\nend\nlocal seen = not unmarked and redis.call('get', KEYS[",
+            $marker,
+            "])",
+            $crate::store::scripts::attempt_replay!($marker, $id, $ttl, $held, $replay),
+            $body
+        )
+    };
+}
+pub(crate) use attempt_script;
+
+/// The replay of `attempt_script!`: when the marker read (`seen`) is this attempt's and the
+/// hold is still there, answers as the first send did.
+macro_rules! attempt_replay {
+    ($marker:literal, $id:literal, $ttl:literal, $held:literal, $replay:expr) => {
+        concat!(
+            "\nif seen and string.sub(seen, 1, #ARGV[",
             $id,
             "] + 1) == ARGV[",
             $id,
@@ -70,12 +106,11 @@ macro_rules! attempt_script {
             $id,
             "] + 2)\n    ",
             $replay,
-            "\nend",
-            $body
+            "\nend"
         )
     };
 }
-pub(crate) use attempt_script;
+pub(crate) use attempt_replay;
 
 /// What a replayed lock acquire answers: nil, or `{token}` when the first send was fenced.
 macro_rules! replay_lock_reply {

@@ -304,7 +304,9 @@ impl Lock {
         thread: u64,
     ) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
-        let engine = self.engine()?;
+        // `Engine::acquire` refuses a child made by `fork()` before anything else: one check
+        // (a system call) per acquire is enough.
+        let engine = self.engine_in_any_process();
         let request = options.request(engine.config().watchdog_timeout_ms)?;
         let held = engine.acquire(kind, keys, &request, thread)?;
         Ok(held.map(|held| LockGuard::new(self.clone(), held)))

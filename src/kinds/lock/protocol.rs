@@ -21,8 +21,10 @@ const RENEW_KEYS_PER_CALL: usize = 100;
 const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
 
 /// One acquire attempt: takes the lock (or one more hold) for `owner` with a TTL of
-/// `lease_ms`, or reports the holder's remaining lease. Every send of one attempt carries
-/// the same `attempt_id`: a repeated send takes nothing more (see `attempt_script!`).
+/// `lease_ms`, or reports the holder's remaining lease. A repeated send takes nothing more: a
+/// re-entry's by its `attempt_id` (the same in every send, see `attempt_script!`), a fresh
+/// attempt's because it sets the owner's hold to one (`ACQUIRE`), so that one sends no
+/// attempt id and writes no marker ([`marker_id`]).
 ///
 /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
 /// release made to it (docs/design/engine.md, "Grants") instead of counting a second hold. With
@@ -37,14 +39,15 @@ pub(crate) fn try_acquire(
     fresh: bool,
     waiting: Option<&Waiting>,
 ) -> Result<Attempt> {
+    let fresh = fresh || waiting.is_some();
     let mut call = acquire_call(
         store,
         keys,
         lease_ms,
         owner,
-        attempt_id,
+        marker_id(store, attempt_id, fresh),
         false,
-        fresh || waiting.is_some(),
+        fresh,
     );
     if let Some(waiting) = waiting {
         call.arg(waiting.number)
@@ -55,6 +58,18 @@ pub(crate) fn try_acquire(
     let pttl: Option<i64> =
         store.run_attempt(&keys.name, |conn| call.invoke(conn), Option::is_none)?;
     Ok(Attempt::from_reply(pttl))
+}
+
+/// The attempt id a plain acquire sends: empty (no attempt marker) for a fresh attempt, except
+/// on a cluster. There a later re-entry during a slot migration finds its marker moved to the
+/// target with the lock; a marker that was never written is a key missing on the target, which
+/// holds the re-entry back with TRYAGAIN until the migration ends.
+fn marker_id<'a>(store: &LockStore, attempt_id: &'a str, fresh: bool) -> &'a str {
+    if fresh && !store.topology().capabilities().routes_by_slot {
+        ""
+    } else {
+        attempt_id
+    }
 }
 
 /// One fenced acquire attempt: as [`try_acquire`] (without waiting),

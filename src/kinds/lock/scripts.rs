@@ -57,8 +57,11 @@ end
 
 /// `KEYS[1]` lock key, `KEYS[2]` the owner's attempt marker, `KEYS[3]` the lock's waiters
 /// hash (`redis_rlock__waiters:{name}`), named only by an owner that holds nothing of the lock
-/// as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field, `ARGV[3]`
-/// attempt id, `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
+/// as far as it knows (a fresh attempt). A fresh attempt with an empty attempt id (`ARGV[3]`)
+/// neither reads nor writes the marker: sent again, it makes its hold the owner's only one
+/// (`fresh_hold`), so its repeat takes nothing more without one (docs/design/guarantees.md,
+/// "What the attempt marker and the unlock latch repair"). `ARGV[1]` lease ms, `ARGV[2]`
+/// owner field, `ARGV[3]` attempt id (empty: no marker, only with `KEYS[3]`), `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
 /// number, `ARGV[6]` how long the caller still waits at most, in ms (empty: without limit),
 /// `ARGV[7]` how long past its next look a registration stays, in ms, `ARGV[8]` the control
 /// channel its manager's listener is subscribed to on this server (empty: do not register).
@@ -69,6 +72,7 @@ end
 /// hold counts is somebody's data, not a lock held forever: refused with WRONGTYPE (a waiter
 /// would wait for it without end). docs/design/engine.md ("Grants") describes the waiters hash.
 pub const ACQUIRE: &str = attempt_script!(
+    unmarked_when = "KEYS[3] ~= nil and ARGV[3] == ''",
     marker = 2,
     id = 3,
     ttl = 4,
@@ -270,11 +274,13 @@ pub const RELEASE: &str = latched_script!(
         server_ms_fn!(),
         waiters_tidy_fn!(),
         r#"
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local holds = redis.call('hget', KEYS[1], ARGV[3])
+if not holds then
     return nil
 end
 local result = 1
-if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+-- The last hold ('1') needs no count written: the key goes.
+if holds ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     result = 0
 else
