@@ -3,7 +3,7 @@
 //! lock's key on the manager's pub/sub connection, within milliseconds, where the back-off
 //! alone took up to seconds. Also: names that are prefixes of each other, how few commands a
 //! waiter behind a 3 s lease sends, the fallback when `CLIENT` is refused, a reconnect of the
-//! listener, and a cluster.
+//! listener, RESP2, and a cluster, before and after a failover.
 
 use redis_rlock_testkit as support;
 
@@ -383,5 +383,63 @@ fn on_a_cluster_the_keys_master_wakes_the_waiter() -> Result<()> {
             "woken only {after:?} after the release"
         );
     }
+    Ok(())
+}
+
+/// Whether a client of the node at `port` has broadcast tracking on (`CLIENT LIST` flags `t`
+/// and `B`).
+fn tracks_broadcast(port: u16) -> bool {
+    let Ok(mut conn) = support::connect(&format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut conn)
+        .unwrap_or_default();
+    list.lines().any(|line| {
+        line.split(' ')
+            .find_map(|field| field.strip_prefix("flags="))
+            .is_some_and(|flags| flags.contains('t') && flags.contains('B'))
+    })
+}
+
+#[test]
+fn after_a_cluster_failover_the_new_master_wakes_the_waiter() -> Result<()> {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let manager = LockManager::cluster_builder(&seeds).build()?;
+    let failing = cluster.master_ports()[0];
+    let name = (0..)
+        .map(|i| format!("failover:{i}"))
+        .find(|name| cluster.master_for_slot(RedisCluster::slot_of(name)) == failing)
+        .unwrap();
+    let mut old = support::connect(&format!("redis://127.0.0.1:{failing}/")).unwrap();
+    hold_as_java(&mut old, &name, 60_000);
+    let _: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query(&mut old)
+        .unwrap();
+    let before = support::command_calls(&mut old, "evalsha");
+    let acquired = spawn_waiter(&manager, &name, false);
+    await_waiting(&mut old, before, 3, Duration::ZERO);
+    assert!(tracks_broadcast(failing), "the old master tracks the key");
+
+    let promoted = cluster.replica_of(failing);
+    cluster.failover(promoted);
+    // The listener of the new master registers the key there, and the waiter looks again.
+    assert!(
+        support::eventually(Duration::from_secs(20), || tracks_broadcast(promoted)),
+        "the new master tracks the key"
+    );
+    let mut new = support::connect(&format!("redis://127.0.0.1:{promoted}/")).unwrap();
+    let before = support::command_calls(&mut new, "evalsha");
+    await_waiting(&mut new, before, 1, Duration::from_millis(2500));
+    let released = Instant::now();
+    let _: () = new.del(&name).unwrap();
+    let after = woken_after(&acquired, released);
+    println!("woken {after:?} after the DEL on the new master");
+    assert!(after < WOKEN_WITHIN, "woken only {after:?} after the DEL");
     Ok(())
 }

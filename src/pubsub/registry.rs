@@ -325,7 +325,11 @@ impl Shared {
         for (channel, _) in self.waited_channels() {
             self.send(&channel, Order::Subscribe(channel.clone()));
         }
-        for key in self.tracked.keys(|_| true) {
+        // A key's master may have changed, where nothing watches it yet: unconfirmed until
+        // its listener says (its next waiter waits for that, or falls back to the back-off).
+        let keys = self.tracked.keys(|_| true);
+        self.tracked.set_state(&keys, TrackState::Pending, false);
+        for key in keys {
             self.track_by(&key, None);
         }
     }
