@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_rlock::{LockManager, PubSubProtocol, Result};
 use support::cluster::RedisCluster;
+use support::proxy::Proxy;
 use support::redisson_spin::JavaSpinLock;
 use support::RedisServer;
 
@@ -290,18 +291,7 @@ fn without_the_right_to_client_tracking_waiters_fall_back_to_the_back_off() -> R
     let url = format!("redis://locker:pw@127.0.0.1:{}/", server.port());
     let manager = LockManager::new(&url)?;
     support::await_listener(&mut conn, &manager);
-    for spin in [false, true] {
-        let name = format!("refused:{spin}");
-        hold_as_java(&mut conn, &name, 30_000);
-        let before = support::command_calls(&mut conn, "evalsha");
-        let acquired = spawn_waiter(&manager, &name, spin);
-        await_waiting(&mut conn, before, 2, Duration::from_millis(500));
-        let released = Instant::now();
-        let _: () = conn.del(&name).unwrap();
-        let after = woken_after(&acquired, released);
-        println!("{} waiter without tracking: {after:?}", kind(spin));
-        assert!(after < Duration::from_secs(4), "found after {after:?}");
-    }
+    found_by_the_back_off(&manager, &mut conn);
     assert_eq!(
         support::command_calls(&mut conn, "client|tracking"),
         0,
@@ -313,8 +303,40 @@ fn without_the_right_to_client_tracking_waiters_fall_back_to_the_back_off() -> R
         .unwrap()
         .iter()
         .filter(|line| line.contains("refused client tracking"))
+        .filter(|line| line.contains(&format!(":{}", server.port())))
         .count();
     assert_eq!(refusals, 1, "the refusal is logged once");
+    Ok(())
+}
+
+/// A DEL of a held lock reaches a waiting plain lock, then a waiting spin lock, of `manager`
+/// (which has no client tracking) by their back-offs: within seconds.
+fn found_by_the_back_off(manager: &LockManager, conn: &mut redis::Connection) {
+    for spin in [false, true] {
+        let name = format!("refused:{spin}");
+        hold_as_java(conn, &name, 30_000);
+        let before = support::command_calls(conn, "evalsha");
+        let acquired = spawn_waiter(manager, &name, spin);
+        await_waiting(conn, before, 2, Duration::from_millis(500));
+        let released = Instant::now();
+        let _: () = conn.del(&name).unwrap();
+        let after = woken_after(&acquired, released);
+        println!("{} waiter without tracking: {after:?}", kind(spin));
+        assert!(after < Duration::from_secs(4), "found after {after:?}");
+    }
+}
+
+#[test]
+fn behind_a_proxy_that_refuses_client_waiters_fall_back_to_the_back_off() -> Result<()> {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.refuse("CLIENT", "ERR unknown command 'CLIENT'");
+    let manager = LockManager::new(&proxy.url())?;
+    let mut conn = server.conn();
+    support::await_listener(&mut conn, &manager);
+    found_by_the_back_off(&manager, &mut conn);
+    assert!(proxy.refused() >= 1, "CLIENT was asked for, and refused");
+    assert_eq!(support::command_calls(&mut conn, "client|tracking"), 0);
     Ok(())
 }
 
