@@ -171,6 +171,27 @@ fn a_lease_cut_short_wakes_the_waiter_when_it_expires() -> Result<()> {
 }
 
 #[test]
+fn a_key_nobody_waits_on_any_more_stops_being_watched() -> Result<()> {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let manager = LockManager::new(&server.url())?;
+    support::await_listener(&mut conn, &manager);
+    hold_as_java(&mut conn, "idle", 30_000);
+    let before = support::command_calls(&mut conn, "evalsha");
+    let acquired = spawn_waiter(&manager, "idle", true);
+    await_waiting(&mut conn, before, 2, Duration::ZERO);
+    assert!(tracks_broadcast(server.port()), "the key is watched");
+    let _: () = conn.del("idle").unwrap();
+    woken_after(&acquired, Instant::now());
+    // Idle keys stay watched for 10 s at most (looked at once a second).
+    assert!(
+        support::eventually(Duration::from_secs(20), || !tracks_broadcast(server.port())),
+        "the key is still watched"
+    );
+    Ok(())
+}
+
+#[test]
 fn names_that_are_prefixes_of_each_other_are_woken_each_by_its_own_key() -> Result<()> {
     let server = RedisServer::start();
     let mut conn = server.conn();

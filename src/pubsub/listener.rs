@@ -42,8 +42,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Idle keys (watched, nobody waits on them now) allowed beyond the waited ones before they
 /// are forgotten and their prefixes dropped.
 const IDLE_KEYS_ALLOWED: usize = 64;
-/// How long idle keys stay watched at most (beyond that, until a last waiter leaves).
+/// How long idle keys stay watched at most (give or take `IDLE_CHECK_EVERY`).
 const IDLE_KEYS_KEPT: Duration = Duration::from_secs(10);
+/// How often the listener looks for idle keys to forget.
+const IDLE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The listener thread for the master at `addr`: connect, serve until the connection fails,
 /// reconnect with backoff; ends at shutdown, or when `addr` is no longer a master (its
@@ -174,6 +176,8 @@ struct Listener<'a> {
     counted: HashSet<String>,
     /// Client tracking of this master's waited keys, reported on this connection.
     tracker: Tracker,
+    /// When idle keys were last looked at (see `forget_idle_keys`).
+    idle_checked: Instant,
 }
 
 /// How long the connection has been quiet, and whether its liveness was checked since.
@@ -202,6 +206,7 @@ impl<'a> Listener<'a> {
             unsubscribing: HashMap::new(),
             counted: HashSet::new(),
             tracker: Tracker::unavailable(shared.response_timeout),
+            idle_checked: Instant::now(),
         }
     }
 
@@ -233,6 +238,7 @@ impl<'a> Listener<'a> {
                 self.handle(conn, order)?;
             }
             self.retry_unconfirmed(conn)?;
+            self.forget_idle_keys();
             if let Some(served) = self.read(conn, &mut quiet)? {
                 return Ok(served);
             }
@@ -338,10 +344,6 @@ impl<'a> Listener<'a> {
             Order::Resync => self.resync(conn),
             Order::Track(key) => {
                 self.track(vec![key]);
-                Ok(())
-            }
-            Order::Untrack => {
-                self.untrack();
                 Ok(())
             }
         }
@@ -754,9 +756,9 @@ impl Listener<'_> {
         let tracked = &self.shared.tracked;
         match outcome {
             Outcome::Live => tracked.set_state(keys, TrackState::Live, false),
-            Outcome::Rebuilt => {
+            Outcome::Rebuilt(missed) => {
                 let all = tracked.keys(|key| self.is_key_mine(key));
-                tracked.set_state(&all, TrackState::Live, true);
+                tracked.set_state(&all, TrackState::Live, missed);
             }
             Outcome::Refused(err) => {
                 self.shared.tracking_refused(self.addr, &err);
@@ -772,12 +774,16 @@ impl Listener<'_> {
         }
     }
 
-    /// The last waiter of a key left: its prefix stays registered, and the key known as
-    /// watched (its next waiter asks nothing), until idle keys outnumber the waited ones by
-    /// `IDLE_KEYS_ALLOWED`, or the prefixes are `IDLE_KEYS_KEPT` old; then the idle keys are
-    /// forgotten and the prefixes registered again without them (every change of a watched
-    /// key costs an invalidation, wanted or not).
-    fn untrack(&mut self) {
+    /// Keys whose last waiter left stay registered, and known as watched (their next waiter
+    /// asks nothing), until idle keys outnumber the waited ones by `IDLE_KEYS_ALLOWED`, or
+    /// the prefixes are `IDLE_KEYS_KEPT` old; then the idle keys are forgotten and the
+    /// prefixes registered again without them (every change of a watched key costs an
+    /// invalidation, wanted or not). Looked at once a second.
+    fn forget_idle_keys(&mut self) {
+        if self.idle_checked.elapsed() < IDLE_CHECK_EVERY {
+            return;
+        }
+        self.idle_checked = Instant::now();
         let (shared, addr) = (self.shared, self.addr);
         let mine = |key: &str| shared.master_of_key(key).as_deref() == Some(addr);
         let (waited, idle) = shared.tracked.counts();

@@ -27,8 +27,6 @@ pub(crate) enum Order {
     Resync,
     /// Have the server watch this lock key (see `crate::pubsub::tracking`).
     Track(String),
-    /// The last waiter of a lock key left.
-    Untrack,
 }
 
 /// A listener thread's body: the listener for the master at the address, with its control

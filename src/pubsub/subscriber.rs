@@ -371,7 +371,8 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         self.forget_expected_grant();
         if let Some(key) = self.key.take() {
-            self.untrack(key);
+            // The key stays watched, idle, until its listener forgets it.
+            self.shared.tracked.remove(&key, &self.waiters);
         }
         if let Some(channel) = self.channel.take() {
             self.leave(channel);
@@ -380,19 +381,6 @@ impl Drop for Subscription {
 }
 
 impl Subscription {
-    /// This waiter no longer waits on `key`; the last one's listener may prune it.
-    fn untrack(&self, key: String) {
-        if !self.shared.tracked.remove(&key, &self.waiters) {
-            return;
-        }
-        let Some(addr) = self.shared.master_of_key(&key) else {
-            return;
-        };
-        if let Some(handle) = self.shared.listeners.lock().get(&addr) {
-            let _ = handle.orders.send(Order::Untrack);
-        }
-    }
-
     /// This waiter leaves `channel`; the last one asks for the unsubscribe.
     fn leave(&self, channel: String) {
         let mut channels = self.shared.channels.lock();

@@ -58,17 +58,15 @@ impl TrackedKeys {
         ask
     }
 
-    /// Removes one registration of `waiters` for `key`; `true` when it was the key's last.
-    /// The key stays (idle) until its listener drops it ([`drop_idle`](Self::drop_idle)).
-    pub(crate) fn remove(&self, key: &str, waiters: &Arc<Waiters>) -> bool {
+    /// Removes one registration of `waiters` for `key`. The key stays (idle when that was
+    /// its last waiter) until its listener drops it ([`drop_idle`](Self::drop_idle)).
+    pub(crate) fn remove(&self, key: &str, waiters: &Arc<Waiters>) {
         let mut keys = self.keys.lock();
-        let Some(entry) = keys.get_mut(key) else {
-            return false;
-        };
-        if let Some(at) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, waiters)) {
-            entry.waiters.swap_remove(at);
+        if let Some(entry) = keys.get_mut(key) {
+            if let Some(at) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, waiters)) {
+                entry.waiters.swap_remove(at);
+            }
         }
-        entry.waiters.is_empty()
     }
 
     /// How many keys have waiters, and how many are idle.
@@ -154,4 +152,51 @@ fn distinct(mut waiters: Vec<Arc<Waiters>>) -> Vec<Arc<Waiters>> {
     waiters.sort_by_key(|w| Arc::as_ptr(w) as usize);
     waiters.dedup_by(|a, b| Arc::ptr_eq(a, b));
     waiters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiters() -> Arc<Waiters> {
+        let waiters = Arc::new(Waiters::new());
+        waiters.state.lock().waiters = 1;
+        waiters
+    }
+
+    #[test]
+    fn only_a_new_key_or_one_whose_tracking_failed_is_asked_for() {
+        let keys = TrackedKeys::default();
+        let (a, b) = (waiters(), waiters());
+        assert!(keys.add("k", &a), "a new key");
+        assert!(!keys.add("k", &b), "asked for already");
+        keys.set_state(&["k".to_owned()], TrackState::Live, false);
+        keys.remove("k", &a);
+        keys.remove("k", &b);
+        assert_eq!(keys.counts(), (0, 1), "idle, still watched");
+        assert!(!keys.add("k", &a), "an idle key is watched still");
+        keys.set_state(&["k".to_owned()], TrackState::Off, false);
+        keys.remove("k", &a);
+        assert!(
+            keys.add("k", &a),
+            "its tracking failed, and nobody waited since"
+        );
+        assert_eq!(keys.state("k"), TrackState::Pending);
+    }
+
+    #[test]
+    fn a_change_wakes_the_waiters_of_that_key_only() {
+        let keys = TrackedKeys::default();
+        let (a, ab) = (waiters(), waiters());
+        keys.add("a", &a);
+        keys.add("ab", &ab);
+        assert!(keys.changed(b"ab"));
+        assert_eq!(ab.state.lock().permits, 1);
+        assert_eq!(a.state.lock().permits, 0, "a's waiter slept on");
+        assert!(!keys.changed(b"abc"), "nobody waits on abc");
+        keys.remove("a", &a);
+        assert!(!keys.changed(b"a"), "an idle key wakes nobody");
+        assert_eq!(keys.drop_idle(|_| true), 1);
+        assert!(!keys.contains("a"));
+    }
 }

@@ -34,8 +34,10 @@ pub(crate) enum Outcome {
     /// The keys asked for are watched.
     Live,
     /// The whole set was registered again on a new connection: every waited key of this
-    /// master is watched (and changes before may have gone unreported).
-    Rebuilt,
+    /// master is watched. `true` when there was no tracking connection before (a new
+    /// listener connection, or the last one failed): changes before may have gone
+    /// unreported.
+    Rebuilt(bool),
     /// The server refused tracking (an ACL without `CLIENT`, an old server, a proxy): not
     /// asked again on this connection.
     Refused(RedisError),
@@ -192,18 +194,20 @@ impl Tracker {
             return self.failed(err);
         }
         self.built = Instant::now();
+        let missed = self.conn.is_none();
         let cover = minimal_cover(wanted.to_vec());
         if cover.is_empty() {
             // Tracking with no prefix would report every key: none at all instead.
             self.conn = None;
             self.prefixes.clear();
-            return Outcome::Rebuilt;
+            return Outcome::Rebuilt(missed);
         }
         match enable(&mut conn, redirect, &cover) {
             Ok(()) => {
+                // The old connection, closed only now, reported changes until the new one did.
                 self.conn = Some(conn);
                 self.prefixes = cover.into_iter().collect();
-                Outcome::Rebuilt
+                Outcome::Rebuilt(missed)
             }
             Err(err) => self.failed(err),
         }
