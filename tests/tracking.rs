@@ -3,7 +3,7 @@
 //! lock's key on the manager's pub/sub connection, within milliseconds, where the back-off
 //! alone took up to seconds. Also: names that are prefixes of each other, how few commands a
 //! waiter behind a 3 s lease sends, the fallback when `CLIENT` is refused, a reconnect of the
-//! listener, RESP2, and a cluster, before and after a failover.
+//! listener, RESP2, a cluster before and after a failover, and a Sentinel failover.
 
 use redis_rlock_testkit as support;
 
@@ -15,6 +15,7 @@ use redis_rlock::{LockManager, PubSubProtocol, Result};
 use support::cluster::RedisCluster;
 use support::proxy::Proxy;
 use support::redisson_spin::JavaSpinLock;
+use support::sentinel::RedisSentinel;
 use support::RedisServer;
 
 /// A Java holder's owner field.
@@ -30,7 +31,10 @@ fn hold_as_java(conn: &mut redis::Connection, name: &str, lease_ms: u64) {
     let _: () = conn.pexpire(name, lease_ms as i64).unwrap();
 }
 
-/// A thread waiting (up to 20 s) for `name`, by a plain lock or a spin lock; its channel says
+/// How long a waiter waits at most (a failover included).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A thread waiting (up to `WAIT`) for `name`, by a plain lock or a spin lock; its channel says
 /// when it got the lock.
 fn spawn_waiter(manager: &LockManager, name: &str, spin: bool) -> mpsc::Receiver<Instant> {
     let (tx, rx) = mpsc::channel();
@@ -38,11 +42,9 @@ fn spawn_waiter(manager: &LockManager, name: &str, spin: bool) -> mpsc::Receiver
     let name = name.to_owned();
     std::thread::spawn(move || {
         let guard = if spin {
-            manager
-                .get_spin_lock(&name)
-                .try_lock(Duration::from_secs(20))
+            manager.get_spin_lock(&name).try_lock(WAIT)
         } else {
-            manager.try_lock(&name, Duration::from_secs(20))
+            manager.try_lock(&name, WAIT)
         };
         let guard = guard.expect("try_lock").expect("the waiter got the lock");
         let at = Instant::now();
@@ -67,7 +69,7 @@ fn await_waiting(conn: &mut redis::Connection, before: u64, attempts: u64, grow:
 /// How long after `released` the waiter got the lock.
 fn woken_after(acquired: &mpsc::Receiver<Instant>, released: Instant) -> Duration {
     let at = acquired
-        .recv_timeout(Duration::from_secs(20))
+        .recv_timeout(WAIT)
         .expect("the waiter got the lock");
     at.saturating_duration_since(released)
 }
@@ -484,5 +486,46 @@ fn after_a_cluster_failover_the_new_master_wakes_the_waiter() -> Result<()> {
     let after = woken_after(&acquired, released);
     println!("woken {after:?} after the DEL on the new master");
     assert!(after < WOKEN_WITHIN, "woken only {after:?} after the DEL");
+    Ok(())
+}
+
+/// A Sentinel failover moves the waited key to another master, whose listener registers its
+/// tracking there.
+#[test]
+fn after_a_sentinel_failover_the_new_master_wakes_the_waiter() -> Result<()> {
+    let sentinel = RedisSentinel::start();
+    let manager = sentinel.manager();
+    let old_port = sentinel.master_port();
+    let mut old = support::connect(&format!("redis://127.0.0.1:{old_port}/")).unwrap();
+    hold_as_java(&mut old, "sentinel", 60_000);
+    let _: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(5_000)
+        .query(&mut old)
+        .unwrap();
+    let before = support::command_calls(&mut old, "evalsha");
+    let acquired = spawn_waiter(&manager, "sentinel", true);
+    await_waiting(&mut old, before, 2, Duration::ZERO);
+    assert!(tracks_broadcast(old_port), "the old master tracks the key");
+
+    sentinel.graceful_failover();
+    let promoted = sentinel.wait_for_failover(old_port);
+    assert!(
+        support::eventually(Duration::from_secs(20), || tracks_broadcast(promoted)),
+        "the new master tracks the key"
+    );
+    let mut new = support::connect(&format!("redis://127.0.0.1:{promoted}/")).unwrap();
+    let wakeups = manager.stats().wakeups;
+    let released = Instant::now();
+    let _: () = new.del("sentinel").unwrap();
+    // The wake-up is what tracking delivers; the acquire that follows may wait for a replica's
+    // acknowledgement (replica sync) while the replicas resynchronise after the failover.
+    assert!(
+        support::eventually(WOKEN_WITHIN, || manager.stats().wakeups > wakeups),
+        "no wake-up within {WOKEN_WITHIN:?} of the DEL"
+    );
+    let woken = released.elapsed();
+    let after = woken_after(&acquired, released);
+    println!("woken within {woken:?}, acquired {after:?} after the DEL on the new master");
     Ok(())
 }

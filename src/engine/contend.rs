@@ -286,8 +286,14 @@ impl Engine {
         let deadline = attempter.request.deadline;
         let watch = self.subscriber.watch(&attempter.keys.name, deadline, stop);
         let mut sleeps = SpinSleeps::new(watch.is_tracked(), attempter.thread);
+        let mut failed = false;
         loop {
             let mut sleep = sleeps.next();
+            if failed {
+                // An attempt that failed (an outage ridden out, a failover under way) is made
+                // again soon, not after the tracked back-off: nothing reports its end.
+                sleep = sleep.min(OUTAGE_RETRY);
+            }
             if let Some(deadline) = deadline {
                 let now = Instant::now();
                 if now >= deadline {
@@ -297,12 +303,17 @@ impl Engine {
             }
             watch.wait(sleep);
             stop.check()?;
-            match attempter.attempt() {
+            failed = match attempter.attempt() {
                 Ok(Attempt::Acquired { .. }) => return Ok(true),
-                Ok(Attempt::HeldByOther(_)) => attempter.outage.over(),
-                // Looked at again after the next back-off (at most 128 ms).
-                Err(err) => attempter.outage.ride_out(&attempter.keys.name, err)?,
-            }
+                Ok(Attempt::HeldByOther(_)) => {
+                    attempter.outage.over();
+                    false
+                }
+                Err(err) => {
+                    attempter.outage.ride_out(&attempter.keys.name, err)?;
+                    true
+                }
+            };
         }
     }
 
