@@ -751,25 +751,24 @@ impl Listener<'_> {
         self.tracked(outcome, &mine);
     }
 
-    /// Tells the waiters of `keys` what asking for their tracking came to.
+    /// Tells the waiters of `keys` (and of every key of this master, when the outcome
+    /// concerns them all) what asking for their tracking came to.
     fn tracked(&self, outcome: Outcome, keys: &[String]) {
         let tracked = &self.shared.tracked;
+        let all = || tracked.keys(|key| self.is_key_mine(key));
         match outcome {
             Outcome::Live => tracked.set_state(keys, TrackState::Live, false),
-            Outcome::Rebuilt(missed) => {
-                let all = tracked.keys(|key| self.is_key_mine(key));
-                tracked.set_state(&all, TrackState::Live, missed);
-            }
+            Outcome::Rebuilt(missed) => tracked.set_state(&all(), TrackState::Live, missed),
             Outcome::Refused(err) => {
                 self.shared.tracking_refused(self.addr, &err);
-                tracked.set_state(keys, TrackState::Off, false);
+                tracked.set_state(&all(), TrackState::Off, false);
             }
             Outcome::Failed(err) => {
                 log::debug!(
                     "client tracking at {} failed ({err}); its waiters look by their back-off",
                     self.addr
                 );
-                tracked.set_state(keys, TrackState::Off, false);
+                tracked.set_state(&all(), TrackState::Off, false);
             }
         }
     }

@@ -39,9 +39,9 @@ pub(crate) enum Outcome {
     /// unreported.
     Rebuilt(bool),
     /// The server refused tracking (an ACL without `CLIENT`, an old server, a proxy): not
-    /// asked again on this connection.
+    /// asked again on this connection. Nothing is watched.
     Refused(RedisError),
-    /// The tracking connection failed: asked again with the next key.
+    /// The tracking connection failed: nothing is watched until the next key asks again.
     Failed(RedisError),
 }
 
@@ -186,13 +186,6 @@ impl Tracker {
         let Some(redirect) = self.redirect else {
             return Outcome::Refused(refused_here());
         };
-        let mut conn = match pool.connect_detached() {
-            Ok(conn) => conn,
-            Err(err) => return self.failed(RedisError::from(std::io::Error::other(err))),
-        };
-        if let Err(err) = conn.set_read_timeout(Some(self.response_timeout)) {
-            return self.failed(err);
-        }
         self.built = Instant::now();
         let missed = self.conn.is_none();
         let cover = minimal_cover(wanted.to_vec());
@@ -201,6 +194,13 @@ impl Tracker {
             self.conn = None;
             self.prefixes.clear();
             return Outcome::Rebuilt(missed);
+        }
+        let mut conn = match pool.connect_detached() {
+            Ok(conn) => conn,
+            Err(err) => return self.failed(RedisError::from(std::io::Error::other(err))),
+        };
+        if let Err(err) = conn.set_read_timeout(Some(self.response_timeout)) {
+            return self.failed(err);
         }
         match enable(&mut conn, redirect, &cover) {
             Ok(()) => {
