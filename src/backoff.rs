@@ -6,7 +6,10 @@
 //! watchdog). So it also looks again after a back-off that starts short and doubles, up to a
 //! cap: a release nobody announced is found within about the cap. The cap grows with the
 //! number of locks its manager waits for, so that a manager sends about
-//! [`LOOKS_PER_SECOND`] such looks a second at most, however many threads wait.
+//! [`LOOKS_PER_SECOND`] such looks a second at most, however many threads wait. Where the
+//! server watches the lock key for the waiter (client tracking, `crate::pubsub::tracking`),
+//! a silent release wakes it at once, and the back-off is a longer safety net
+//! ([`Backoff::tracked`]).
 
 use std::time::Duration;
 
@@ -14,12 +17,18 @@ use std::time::Duration;
 const FIRST: Duration = Duration::from_millis(100);
 /// The cap with few waiting locks: a silent release is found within about this.
 const CAP: Duration = Duration::from_secs(2);
+/// The first back-off of a waiter whose lock key the server watches (client tracking): a
+/// silent release reaches it through the tracking, and the back-off is only a safety net.
+const FIRST_TRACKED: Duration = Duration::from_secs(1);
+/// The cap of that safety net: how late a release is found should the tracking fail unseen.
+const CAP_TRACKED: Duration = Duration::from_secs(8);
 /// About how many looks a second a manager's waiters send at most while no message comes.
 pub(crate) const LOOKS_PER_SECOND: u32 = 1000;
 
 /// One waiter's back-off.
 pub(crate) struct Backoff {
     next: Duration,
+    cap: Duration,
     salt: u64,
 }
 
@@ -27,7 +36,21 @@ impl Backoff {
     /// A back-off whose jitter is drawn from `salt` (the waiter's thread number, say), so
     /// that waiters that started together do not look together.
     pub(crate) fn new(salt: u64) -> Self {
-        Backoff { next: FIRST, salt }
+        Backoff {
+            next: FIRST,
+            cap: CAP,
+            salt,
+        }
+    }
+
+    /// The back-off of a waiter whose lock key the server watches: from 1 s to 8 s, a
+    /// handful of looks behind a lease of a few seconds.
+    pub(crate) fn tracked(salt: u64) -> Self {
+        Backoff {
+            next: FIRST_TRACKED,
+            cap: CAP_TRACKED,
+            salt,
+        }
     }
 
     /// The sleep before the next look, for a waiter of a manager that waits for `waiting`
@@ -36,7 +59,7 @@ impl Backoff {
     pub(crate) fn next(&mut self, waiting: usize) -> Duration {
         let share = (Duration::from_secs(1) / LOOKS_PER_SECOND)
             .saturating_mul(u32::try_from(waiting).unwrap_or(u32::MAX));
-        let cap = CAP.max(share);
+        let cap = self.cap.max(share);
         let current = self.next.max(share).min(cap);
         self.salt = splitmix64(self.salt);
         let jitter = current / 4 * (self.salt % 1024) as u32 / 1024;
@@ -104,6 +127,16 @@ mod tests {
                 *sleep >= base && *sleep <= base + base / 4,
                 "{sleep:?} for {base:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_tracked_waiters_safety_net_doubles_from_a_second_to_eight() {
+        let mut backoff = Backoff::tracked(3);
+        let bases = [1, 2, 4, 8, 8];
+        for base in bases {
+            let (sleep, base) = (backoff.next(1), Duration::from_secs(base));
+            assert!(sleep >= base && sleep <= base + base / 4, "{sleep:?}");
         }
     }
 

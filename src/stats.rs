@@ -33,7 +33,8 @@ pub struct Stats {
     /// confirmed lease ran out without a renewal.
     pub holds_lost: u64,
     /// Messages that woke local waiters: unlock messages for locks, and release, permit and
-    /// count-reached-zero messages for semaphores and count-down latches.
+    /// count-reached-zero messages for semaphores and count-down latches; and reports of a
+    /// change of a waited lock key (client tracking), one per key reported.
     pub wakeups: u64,
     /// Connections opened again after one was found dead (the pub/sub listener's and pooled
     /// ones).

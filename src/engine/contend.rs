@@ -2,7 +2,11 @@
 //! line): attempt; on failure subscribe to the lock's channel, attempt again (a release may
 //! have been announced before the subscription), then sleep until an unlock message, a
 //! handoff or grant to this wait, a back-off look, or the holder's TTL, and repeat. A kind
-//! whose releases are silent (a spin lock) only sleeps its back-off and looks again.
+//! whose releases are silent (a spin lock) only sleeps its back-off and looks again. Both
+//! are also woken when the server reports a change of the lock key (client tracking,
+//! `crate::pubsub::tracking`): a release nobody announces, an expiry, a `DEL`; with it, the
+//! back-off is a long safety net. A spin-lock waiter has the key watched from its start; a
+//! subscribed waiter once its wait has lasted [`TRACK_AFTER`] without a message.
 //!
 //! A waiter rides out an outage (a restart, its data loading back, a failover) for the outage
 //! grace ([`crate::engine::outage`]), woken when the listener is back; past that the outage is
@@ -22,6 +26,13 @@ use crate::names::LockKeys;
 use crate::pubsub::subscriber::Subscription;
 use crate::stop::Stop;
 use crate::store::Attempt;
+
+/// How long a subscribed waiter waits for an unlock message (and looks once by its back-off)
+/// before it also has the server watch the lock key. Most holders announce their release,
+/// and most waits behind them are shorter: tracking them would only add an invalidation per
+/// change of the key (measured in BENCHMARKS.md); a silent release within this time is found
+/// by that first look.
+const TRACK_AFTER: Duration = Duration::from_millis(100);
 
 /// Where a contending thread starts.
 pub(super) enum Contention {
@@ -68,7 +79,7 @@ impl Engine {
             return self.spin(start, stop, attempter);
         }
         let channel = attempter.kind.channel(attempter.keys, &attempter.owner);
-        let subscription = self.subscriber.subscribe(&channel, deadline, stop);
+        let mut subscription = self.subscriber.subscribe(&channel, deadline, stop);
         stop.check()?;
         if passed(deadline) {
             // Subscribing took the rest of the wait (a slow server): no attempt after it.
@@ -88,7 +99,7 @@ impl Engine {
         // caller.
         let outcome = stop
             .check()
-            .and_then(|()| self.wait_in_redis(&subscription, &channel, yielding, attempter));
+            .and_then(|()| self.wait_in_redis(&mut subscription, &channel, yielding, attempter));
         self.end_registration(outcome, attempter)
     }
 
@@ -121,7 +132,7 @@ impl Engine {
     /// release message, a handoff or a grant to this wait, or the holder's TTL.
     fn wait_in_redis(
         &self,
-        subscription: &Subscription,
+        subscription: &mut Subscription,
         channel: &str,
         mut yielding: Option<u64>,
         attempter: &mut Attempter<'_>,
@@ -129,11 +140,23 @@ impl Engine {
         // A grant can only follow this wait's first registration: its lease counts from no
         // earlier than this.
         let registered_from = BootInstant::now();
-        // A release nobody announced (a spin lock's, a deleted key) is found by looking again.
+        // A release nobody announced (a spin lock's, a deleted key) is found by looking again,
+        // and once the wait has lasted `TRACK_AFTER`, reported by client tracking.
         let mut backoff = Backoff::new(attempter.thread);
+        let track_from = Instant::now() + TRACK_AFTER;
         // When the holder's lease, as last seen, ends.
         let mut holder_until = None;
         loop {
+            if subscription.key().is_none() && Instant::now() >= track_from {
+                // Confirmed before the look below, which closes the race with a release
+                // before the tracking.
+                let deadline = attempter.request.deadline;
+                self.subscriber
+                    .track(subscription, &attempter.keys.name, deadline);
+                if subscription.is_tracked() {
+                    backoff = Backoff::tracked(attempter.thread);
+                }
+            }
             self.follow_listener(channel, attempter);
             // The first pass closes the race with a release announced before we subscribed.
             let holder_ttl =
@@ -141,8 +164,13 @@ impl Engine {
                     Looked::Acquired => return Ok(true),
                     Looked::Held(ttl) => ttl,
                 };
+            // A millisecond past the TTL: the server expires a key only once its time has
+            // passed, so a look at the TTL itself (PTTL 0) finds it still there, again and
+            // again within that millisecond.
             let mut sleep = holder_ttl
-                .map_or(NO_TTL_POLL, Duration::from_millis)
+                .map_or(NO_TTL_POLL, |ttl| {
+                    Duration::from_millis(ttl.saturating_add(1))
+                })
                 .min(backoff.next(self.subscriber.channel_count()));
             if let Some(deadline) = attempter.request.deadline {
                 let now = Instant::now();
@@ -151,13 +179,13 @@ impl Engine {
                 }
                 sleep = sleep.min(deadline - now);
             }
-            if self.sleep_parked(subscription, sleep, attempter) {
+            if self.sleep_parked(&*subscription, sleep, attempter) {
                 return Ok(true);
             }
             if let Some(err) = subscription.stopped() {
                 return Err(err);
             }
-            if self.take_grant(subscription, registered_from, attempter) {
+            if self.take_grant(&*subscription, registered_from, attempter) {
                 return Ok(true);
             }
         }
@@ -242,33 +270,50 @@ impl Engine {
     }
 
     /// The wait of a kind whose releases are silent (a spin lock): no subscription, no
-    /// message; sleep Redisson's spin back-off (at most the wait left), attempt, and repeat
-    /// (the caller made the first attempt, unless it starts with a gap: see
-    /// [`wait_out_gap`](Self::wait_out_gap)). An outage is ridden out as in
-    /// [`wait_in_redis`](Self::wait_in_redis); the stop ends a sleep at once.
+    /// message. Where the server watches the lock key (client tracking), sleep until it
+    /// reports a change or a long safety back-off passes; elsewhere Redisson's spin back-off.
+    /// Either way at most the wait left; then attempt, and repeat (the caller made the first
+    /// attempt, unless it starts with a gap: see [`wait_out_gap`](Self::wait_out_gap); with
+    /// tracking, the first attempt follows its confirmation at once, as a subscriber's does).
+    /// An outage is ridden out as in [`wait_in_redis`](Self::wait_in_redis); the stop ends a
+    /// sleep at once.
     fn spin(&self, start: Contention, stop: &Stop, attempter: &mut Attempter<'_>) -> Result<bool> {
         if let Contention::Yield(gap) = start {
             if self.wait_out_gap(gap, stop, attempter)? {
                 return Ok(true);
             }
         }
-        let mut backoff = SpinBackoff::new(attempter.thread);
+        let deadline = attempter.request.deadline;
+        let watch = self.subscriber.watch(&attempter.keys.name, deadline, stop);
+        let mut sleeps = SpinSleeps::new(watch.is_tracked(), attempter.thread);
+        let mut failed = false;
         loop {
-            let mut sleep = backoff.next();
-            if let Some(deadline) = attempter.request.deadline {
+            let mut sleep = sleeps.next();
+            if failed {
+                // An attempt that failed (an outage ridden out, a failover under way) is made
+                // again soon, not after the tracked back-off: nothing reports its end.
+                sleep = sleep.min(OUTAGE_RETRY);
+            }
+            if let Some(deadline) = deadline {
                 let now = Instant::now();
                 if now >= deadline {
                     return attempter.outage.at_deadline();
                 }
                 sleep = sleep.min(deadline - now);
             }
-            stop.sleep(sleep)?;
-            match attempter.attempt() {
+            watch.wait(sleep);
+            stop.check()?;
+            failed = match attempter.attempt() {
                 Ok(Attempt::Acquired { .. }) => return Ok(true),
-                Ok(Attempt::HeldByOther(_)) => attempter.outage.over(),
-                // Looked at again after the next back-off (at most 128 ms).
-                Err(err) => attempter.outage.ride_out(&attempter.keys.name, err)?,
-            }
+                Ok(Attempt::HeldByOther(_)) => {
+                    attempter.outage.over();
+                    false
+                }
+                Err(err) => {
+                    attempter.outage.ride_out(&attempter.keys.name, err)?;
+                    true
+                }
+            };
         }
     }
 
@@ -301,4 +346,38 @@ impl Engine {
 
 fn passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// A spin waiter's sleeps between attempts: with client tracking, none before the first (it
+/// closes the race with a release before the tracking), then the tracked back-off; without,
+/// Redisson's spin back-off.
+enum SpinSleeps {
+    Tracked { first: bool, backoff: Backoff },
+    Spinning(SpinBackoff),
+}
+
+impl SpinSleeps {
+    fn new(tracked: bool, salt: u64) -> Self {
+        if tracked {
+            SpinSleeps::Tracked {
+                first: true,
+                backoff: Backoff::tracked(salt),
+            }
+        } else {
+            SpinSleeps::Spinning(SpinBackoff::new(salt))
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        match self {
+            SpinSleeps::Tracked { first, backoff } => {
+                if std::mem::take(first) {
+                    Duration::ZERO
+                } else {
+                    backoff.next(1)
+                }
+            }
+            SpinSleeps::Spinning(backoff) => backoff.next(),
+        }
+    }
 }

@@ -26,6 +26,8 @@ use crossbeam_channel::Receiver;
 use redis::{PushKind, RedisResult, ServerError, Value};
 
 use crate::pubsub::registry::{Order, Shared, Wake};
+use crate::pubsub::tracked::TrackState;
+use crate::pubsub::tracking::{Outcome, Tracker, INVALIDATE_CHANNEL};
 use crate::topology::pubsub_connection::{Heard, PubSubConnection};
 
 /// How long the listener blocks in one read before it looks at orders and shutdown without
@@ -37,6 +39,13 @@ const CHECK_AFTER: Duration = Duration::from_secs(5);
 /// Reconnect delays grow from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Idle keys (watched, nobody waits on them now) allowed beyond the waited ones before they
+/// are forgotten and their prefixes dropped.
+const IDLE_KEYS_ALLOWED: usize = 64;
+/// How long idle keys stay watched at most (give or take `IDLE_CHECK_EVERY`).
+const IDLE_KEYS_KEPT: Duration = Duration::from_secs(10);
+/// How often the listener looks for idle keys to forget.
+const IDLE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The listener thread for the master at `addr`: connect, serve until the connection fails,
 /// reconnect with backoff; ends at shutdown, or when `addr` is no longer a master (its
@@ -69,6 +78,7 @@ pub(crate) fn listen(shared: &Arc<Shared>, addr: &str, control: &str, inbox: &Re
         let served = listener.serve(&mut conn, inbox);
         // The server dropped every subscription of the connection with it.
         listener.forget_subscriptions();
+        listener.forget_tracking();
         if after_connection(shared, addr, served).is_break() {
             return;
         }
@@ -178,6 +188,10 @@ struct Listener<'a> {
     /// The channels this listener counts in `Shared::subscribed`: its own share, which only
     /// it adds or removes (another master's listener may count the same channel).
     counted: HashSet<String>,
+    /// Client tracking of this master's waited keys, reported on this connection.
+    tracker: Tracker,
+    /// When idle keys were last looked at (see `forget_idle_keys`).
+    idle_checked: Instant,
 }
 
 /// How long the connection has been quiet, and whether its liveness was checked since.
@@ -205,6 +219,8 @@ impl<'a> Listener<'a> {
             pending: HashMap::new(),
             unsubscribing: HashMap::new(),
             counted: HashSet::new(),
+            tracker: Tracker::unavailable(shared.response_timeout),
+            idle_checked: Instant::now(),
         }
     }
 
@@ -218,9 +234,11 @@ impl<'a> Listener<'a> {
         conn: &mut PubSubConnection,
         inbox: &Receiver<Order>,
     ) -> RedisResult<Served> {
+        self.start_tracking(conn)?;
         conn.raw().set_read_timeout(Some(TICK))?;
         self.send(conn, "SUBSCRIBE", self.control)?;
         self.subscribe_waited(conn, inbox)?;
+        self.track(self.shared.tracked.keys(|key| self.is_key_mine(key)));
         let mut quiet = Quiet::from_now();
         let mut seen_generation = self.shared.store.topology().map().generation;
         loop {
@@ -234,6 +252,7 @@ impl<'a> Listener<'a> {
                 self.handle(conn, order)?;
             }
             self.retry_unconfirmed(conn)?;
+            self.forget_idle_keys();
             if let Some(served) = self.read(conn, &mut quiet)? {
                 return Ok(served);
             }
@@ -322,6 +341,9 @@ impl<'a> Listener<'a> {
             // The confirmation is a push, which a live connection always delivers.
             self.send(conn, "SUBSCRIBE", self.control)?;
             quiet.checked = true;
+            if !self.tracker.check() {
+                self.track(self.shared.tracked.keys(|key| self.is_key_mine(key)));
+            }
         } else if quiet.checked && idle >= CHECK_AFTER + self.shared.response_timeout {
             return Ok(Some(Served::Silent));
         }
@@ -338,6 +360,10 @@ impl<'a> Listener<'a> {
             Order::Subscribe(channel) => self.subscribe_ordered(conn, channel),
             Order::Unsubscribe(channel) => self.unsubscribe(conn, channel),
             Order::Resync => self.resync(conn),
+            Order::Track(key) => {
+                self.track(vec![key]);
+                Ok(())
+            }
         }
     }
 
@@ -598,6 +624,7 @@ impl<'a> Listener<'a> {
     /// What the server sent: a message, a confirmation, a server-side unsubscribe, an error.
     fn received(&mut self, heard: Heard) {
         let (kind, data) = match heard {
+            Heard::Push(PushKind::Invalidate, data) => return self.invalidated(data.first()),
             Heard::Push(kind, data) => (kind, data),
             Heard::Error(err) => return self.error_reply(&err),
             _ => return, // a reply to nothing we wait for (see the module's notes)
@@ -607,6 +634,7 @@ impl<'a> Listener<'a> {
             _ => return,
         };
         match kind {
+            PushKind::Message if channel == INVALIDATE_CHANNEL => self.invalidated(data.get(1)),
             PushKind::Message | PushKind::SMessage if channel != self.control => {
                 let payload = match data.get(1) {
                     Some(Value::BulkString(bytes)) => bytes.as_slice(),
@@ -689,6 +717,134 @@ impl<'a> Listener<'a> {
             waiters.release_all();
             self.shared
                 .send(channel, Order::Subscribe(channel.to_owned()));
+        }
+    }
+}
+
+/// Client tracking (see `crate::pubsub::tracking`).
+impl Listener<'_> {
+    /// Prepares client tracking on the listener's new connection, before it subscribes to
+    /// anything.
+    fn start_tracking(&mut self, conn: &mut PubSubConnection) -> RedisResult<()> {
+        let (tracker, refused) = Tracker::start(conn, self.shared.response_timeout)?;
+        match refused {
+            Some(err) => self.shared.tracking_refused(self.addr, &err),
+            None => self.shared.tracking_accepted(),
+        }
+        self.tracker = tracker;
+        Ok(())
+    }
+
+    /// Whether the lock key `key` belongs to this listener's master now.
+    fn is_key_mine(&self, key: &str) -> bool {
+        self.shared.master_of_key(key).as_deref() == Some(self.addr)
+    }
+
+    /// Has the server watch `keys` (those still waited on), sends those of other masters to
+    /// their listeners, and tells their waiters how it went.
+    fn track(&mut self, keys: Vec<String>) {
+        let (mine, others): (Vec<String>, Vec<String>) = keys
+            .into_iter()
+            .filter(|key| self.shared.tracked.contains(key))
+            .partition(|key| self.is_key_mine(key));
+        for key in others {
+            // Routed here by an older map: to the listener of its master now.
+            self.shared.track_by(&key, None);
+        }
+        if mine.is_empty() {
+            return;
+        }
+        let outcome = match self.shared.store.topology().node(self.addr) {
+            Ok(pool) => {
+                let (shared, addr) = (self.shared, self.addr);
+                let wanted = || {
+                    shared
+                        .tracked
+                        .keys(|key| shared.master_of_key(key).as_deref() == Some(addr))
+                };
+                self.tracker.cover(&pool, &mine, &wanted)
+            }
+            Err(err) => Outcome::Failed(redis::RedisError::from(std::io::Error::other(err))),
+        };
+        self.tracked(outcome, &mine);
+    }
+
+    /// Tells the waiters of `keys` (and of every key of this master, when the outcome
+    /// concerns them all) what asking for their tracking came to.
+    fn tracked(&self, outcome: Outcome, keys: &[String]) {
+        let tracked = &self.shared.tracked;
+        let all = || tracked.keys(|key| self.is_key_mine(key));
+        match outcome {
+            Outcome::Live => tracked.set_state(keys, TrackState::Live, false),
+            Outcome::Rebuilt(missed) => tracked.set_state(&all(), TrackState::Live, missed),
+            Outcome::Refused(err) => {
+                self.shared.tracking_refused(self.addr, &err);
+                tracked.set_state(&all(), TrackState::Off, false);
+            }
+            Outcome::Failed(err) => {
+                log::debug!(
+                    "client tracking at {} failed ({err}); its waiters look by their back-off",
+                    self.addr
+                );
+                tracked.set_state(&all(), TrackState::Off, false);
+            }
+        }
+    }
+
+    /// Keys whose last waiter left stay registered, and known as watched (their next waiter
+    /// asks nothing), until idle keys outnumber the waited ones by `IDLE_KEYS_ALLOWED`, or
+    /// the prefixes are `IDLE_KEYS_KEPT` old; then the idle keys are forgotten and the
+    /// prefixes registered again without them (every change of a watched key costs an
+    /// invalidation, wanted or not). Looked at once a second.
+    fn forget_idle_keys(&mut self) {
+        if self.idle_checked.elapsed() < IDLE_CHECK_EVERY {
+            return;
+        }
+        self.idle_checked = Instant::now();
+        let (shared, addr) = (self.shared, self.addr);
+        let mine = |key: &str| shared.master_of_key(key).as_deref() == Some(addr);
+        let (waited, idle) = shared.tracked.counts();
+        let due =
+            idle > waited + IDLE_KEYS_ALLOWED || (idle > 0 && self.tracker.age() >= IDLE_KEYS_KEPT);
+        if !due || shared.tracked.drop_idle(mine) == 0 {
+            return;
+        }
+        let Ok(pool) = shared.store.topology().node(addr) else {
+            return;
+        };
+        let wanted = shared.tracked.keys(mine);
+        let outcome = self.tracker.rebuild(&pool, &wanted);
+        self.tracked(outcome, &wanted);
+    }
+
+    /// The connection is gone, and its tracking with it: the keys of this master count as
+    /// unconfirmed until the next connection registers them again.
+    fn forget_tracking(&self) {
+        let mine = self.shared.tracked.keys(|key| self.is_key_mine(key));
+        self.shared
+            .tracked
+            .set_state(&mine, TrackState::Pending, false);
+    }
+
+    /// The server reported changed keys (`None` or nil: every key, after a flush): their
+    /// waiters look again. Keys nobody here waits on (others under a watched prefix) wake
+    /// nobody.
+    fn invalidated(&self, keys: Option<&Value>) {
+        match keys {
+            Some(Value::Array(keys)) => {
+                for key in keys {
+                    if let Value::BulkString(key) = key {
+                        if self.shared.tracked.changed(key) {
+                            self.shared.store.counters.wakeup();
+                        }
+                    }
+                }
+            }
+            _ => {
+                for key in self.shared.tracked.keys(|key| self.is_key_mine(key)) {
+                    self.shared.tracked.changed(key.as_bytes());
+                }
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! it; the subscriber gives it the listener's thread body.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -13,6 +14,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::names::ChannelKind;
+use crate::pubsub::tracked::{TrackState, TrackedKeys};
+pub(crate) use crate::pubsub::waiters::Waiters;
 use crate::store::LockStore;
 
 /// What a waiting thread (or the subscriber) asks of a listener.
@@ -22,6 +25,8 @@ pub(crate) enum Order {
     /// The masters changed: drop the channels that are no longer this listener's (the
     /// subscriber sends them to their new listeners).
     Resync,
+    /// Have the server watch this lock key (see `crate::pubsub::tracking`).
+    Track(String),
 }
 
 /// A listener thread's body: the listener for the master at the address, with its control
@@ -30,85 +35,6 @@ pub(super) type ListenFn = fn(&Arc<Shared>, &str, &str, &Receiver<Order>);
 
 /// Channels whose message counts are kept before the counts start again.
 const MESSAGE_COUNTS_KEPT: usize = 4096;
-
-/// The local waiters of one channel.
-pub(crate) struct Waiters {
-    pub(super) state: Mutex<WaitState>,
-    /// Signalled when a permit is added.
-    pub(super) permit: Condvar,
-    /// Signalled when the subscription is confirmed.
-    pub(super) ready: Condvar,
-}
-
-#[derive(Default)]
-pub(super) struct WaitState {
-    pub(super) waiters: usize,
-    pub(super) permits: usize,
-    pub(super) subscribed: bool,
-    /// The wait numbers the local waiters registered with for grants (see `super::grants`):
-    /// a grant to any other number is another client's business, and wakes nobody here.
-    pub(super) expected: Vec<u64>,
-    /// Those of them that a release has granted the lock to, until their waiter takes it.
-    pub(super) grants: Vec<u64>,
-}
-
-impl Waiters {
-    pub(super) fn new() -> Self {
-        Waiters {
-            state: Mutex::new(WaitState::default()),
-            permit: Condvar::new(),
-            ready: Condvar::new(),
-        }
-    }
-
-    /// The server confirmed a subscription for these waiters. When they were subscribed
-    /// before (this is a resubscription: after a reconnect, a failover, a resharding),
-    /// releases announced in between were missed: every waiter looks again now that the new
-    /// subscription would hear the next one. (Letting them look when the resubscription was
-    /// sent is too early: a release between their look and the confirmation goes unheard.)
-    pub(crate) fn mark_subscribed(&self) {
-        let mut state = self.state.lock();
-        let again = std::mem::replace(&mut state.subscribed, true);
-        if again {
-            state.permits = state.waiters;
-        }
-        drop(state);
-        self.ready.notify_all();
-        if again {
-            self.permit.notify_all();
-        }
-    }
-
-    /// A `0` message: one waiter may try again.
-    pub(super) fn release_one(&self) {
-        let mut state = self.state.lock();
-        // Permits beyond the number of waiters would only cause useless attempts later.
-        state.permits = (state.permits + 1).min(state.waiters);
-        drop(state);
-        self.permit.notify_one();
-    }
-
-    /// A semaphore's message: `available` permits are free now, so up to that many waiters
-    /// may try again (more could not all succeed; fewer would leave permits idle).
-    fn release_up_to(&self, available: usize) {
-        let mut state = self.state.lock();
-        let before = state.permits;
-        state.permits = state.permits.saturating_add(available).min(state.waiters);
-        let added = state.permits - before;
-        drop(state);
-        for _ in 0..added {
-            self.permit.notify_one();
-        }
-    }
-
-    /// A `1` message, or a reconnect after which messages may have been missed: all try again.
-    pub(crate) fn release_all(&self) {
-        let mut state = self.state.lock();
-        state.permits = state.waiters;
-        drop(state);
-        self.permit.notify_all();
-    }
-}
 
 /// One listener thread: where to send it orders and how to wake it.
 pub(super) struct ListenerHandle {
@@ -148,6 +74,13 @@ pub(crate) struct Shared {
     /// The listener thread's body (`listener::listen`), given by the subscriber: this module
     /// sits below the listener, which uses it.
     pub(super) listen: ListenFn,
+    /// The lock keys waited on, which client tracking reports the changes of.
+    pub(crate) tracked: TrackedKeys,
+    /// Whether a refusal of client tracking was logged (once per manager).
+    pub(super) tracking_refusal_logged: AtomicBool,
+    /// Whether the last listener connection that asked was refused client tracking: new
+    /// keys' waiters then ask nothing and look by their back-off.
+    pub(super) tracking_refused: AtomicBool,
 }
 
 impl Shared {
@@ -198,13 +131,64 @@ impl Shared {
             .collect()
     }
 
-    /// Wakes every waiter whose channel belongs to the master at `addr` to look again.
+    /// Wakes every waiter whose channel or key belongs to the master at `addr` to look again.
     pub(crate) fn wake_waiters_of(&self, addr: &str) {
         for (channel, waiters) in self.waited_channels() {
             if self.master_of(&channel).as_deref() == Some(addr) {
                 waiters.release_all();
             }
         }
+        for key in self
+            .tracked
+            .keys(|key| self.master_of_key(key).as_deref() == Some(addr))
+        {
+            self.tracked.changed(key.as_bytes());
+        }
+    }
+
+    /// Logs a refusal of client tracking, the first time only: waiters then look by their
+    /// back-off, as they did without tracking.
+    pub(crate) fn tracking_refused(&self, addr: &str, err: &redis::RedisError) {
+        self.tracking_refused.store(true, Ordering::Relaxed);
+        if !self.tracking_refusal_logged.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "{addr} refused client tracking ({err}): waiters behind holders that announce \
+                 no release (a spin lock, an expiry, a DEL) find it by their back-off; grant \
+                 the Redis user +client|id and +client|tracking (Redis 6.0 or later) to have \
+                 them woken at once"
+            );
+        }
+    }
+
+    /// A listener connection accepted client tracking (again).
+    pub(crate) fn tracking_accepted(&self) {
+        self.tracking_refused.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether client tracking was refused the last time a listener asked.
+    pub(crate) fn is_tracking_refused(&self) -> bool {
+        self.tracking_refused.load(Ordering::Relaxed)
+    }
+
+    /// The address of the master of the lock key `key` now, where its changes are reported.
+    pub(crate) fn master_of_key(&self, key: &str) -> Option<String> {
+        self.store
+            .topology()
+            .route(key)
+            .ok()
+            .map(|(pool, _)| pool.addr().to_owned())
+    }
+
+    /// Asks the listener of `key`'s master to have the server watch it (see
+    /// [`send_by`](Self::send_by) for `deadline`).
+    pub(crate) fn track_by(self: &Arc<Self>, key: &str, deadline: Option<Instant>) {
+        let Some(addr) = self.master_of_key(key) else {
+            log::debug!("no master for {key:?} now; its waiters look by their back-off");
+            self.tracked
+                .set_state(&[key.to_owned()], TrackState::Off, false);
+            return;
+        };
+        self.send_at(&addr, Order::Track(key.to_owned()), deadline);
     }
 
     /// Counts a message heard on `channel`.
@@ -248,6 +232,13 @@ impl Shared {
             log::debug!("no master for {channel:?} now; its waiters wait by TTL");
             return;
         };
+        self.send_at(&addr, order, deadline);
+    }
+
+    /// Gives `order` to the listener of the master at `addr` (started if there is none) and
+    /// wakes it (see [`send_by`](Self::send_by)).
+    pub(super) fn send_at(self: &Arc<Self>, addr: &str, order: Order, deadline: Option<Instant>) {
+        let addr = addr.to_owned();
         let control = {
             let mut listeners = self.listeners.lock();
             if self.is_shutdown() {
@@ -331,6 +322,13 @@ impl Shared {
         }
         for (channel, _) in self.waited_channels() {
             self.send(&channel, Order::Subscribe(channel.clone()));
+        }
+        // A key's master may have changed, where nothing watches it yet: unconfirmed until
+        // its listener says (its next waiter waits for that, or falls back to the back-off).
+        let keys = self.tracked.keys(|_| true);
+        self.tracked.set_state(&keys, TrackState::Pending, false);
+        for key in keys {
+            self.track_by(&key, None);
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::cancel::Waker;
 use crate::fork::Origin;
 use crate::pubsub::listener;
 use crate::pubsub::registry::{ListenerHandle, Order, Shared, Waiters};
+use crate::pubsub::tracked::{TrackState, TrackedKeys};
 use crate::stop::{Stop, Wakes};
 use crate::store::LockStore;
 use crate::threads;
@@ -61,6 +62,9 @@ impl Subscriber {
             shutdown: Mutex::new(false),
             shutdown_signal: Condvar::new(),
             listen: listener::listen,
+            tracked: TrackedKeys::default(),
+            tracking_refusal_logged: AtomicBool::new(false),
+            tracking_refused: AtomicBool::new(false),
         });
         for pool in shared.store.topology().map().masters() {
             let handle = shared.start_listener(pool.addr())?;
@@ -96,31 +100,12 @@ impl Subscriber {
             state.waiters += 1;
             (Arc::clone(waiters), state.waiters == 1)
         };
-        let wakes = stop.wake_with({
-            let waiters = Arc::clone(&waiters);
-            Arc::new(move || {
-                let _state = waiters.state.lock();
-                waiters.permit.notify_all();
-                waiters.ready.notify_all();
-            })
-        });
-        let subscription = Subscription {
-            shared: Arc::clone(&self.shared),
-            channel: channel.to_owned(),
-            waiters,
-            expecting: Cell::new(None),
-            stop: stop.clone(),
-            _wakes: wakes,
-            nudged: Arc::new(AtomicBool::new(false)),
-        };
+        let subscription = self.registration(Some(channel), waiters, stop);
         if first {
             self.shared
                 .send_by(channel, Order::Subscribe(channel.to_owned()), deadline);
         }
-        let mut limit = Instant::now() + self.shared.response_timeout;
-        if let Some(deadline) = deadline {
-            limit = limit.min(deadline);
-        }
+        let limit = self.confirmation_limit(deadline);
         let mut state = subscription.waiters.state.lock();
         while !state.subscribed && !stop.is_stopped() {
             if subscription
@@ -135,6 +120,89 @@ impl Subscriber {
         }
         drop(state);
         subscription
+    }
+
+    /// Registers the calling thread as a waiter of the lock key `key` woken by client
+    /// tracking alone (a spin lock's, whose releases nobody announces), and waits for the
+    /// tracking as [`track`](Self::track) does.
+    pub(crate) fn watch(&self, key: &str, deadline: Option<Instant>, stop: &Stop) -> Subscription {
+        let waiters = Arc::new(Waiters::new());
+        waiters.state.lock().waiters = 1;
+        let mut subscription = self.registration(None, waiters, stop);
+        self.track(&mut subscription, key, deadline);
+        subscription
+    }
+
+    /// A registration of the calling thread with `waiters` (of `channel`, if any), whose
+    /// waits `stop` ends.
+    fn registration(
+        &self,
+        channel: Option<&str>,
+        waiters: Arc<Waiters>,
+        stop: &Stop,
+    ) -> Subscription {
+        let wakes = stop.wake_with({
+            let waiters = Arc::clone(&waiters);
+            Arc::new(move || {
+                let _state = waiters.state.lock();
+                waiters.permit.notify_all();
+                waiters.ready.notify_all();
+            })
+        });
+        Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.map(str::to_owned),
+            key: None,
+            waiters,
+            expecting: Cell::new(None),
+            stop: stop.clone(),
+            _wakes: wakes,
+            nudged: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// How long a new waiter waits for the server's confirmations: one response timeout, or
+    /// less by `deadline`.
+    fn confirmation_limit(&self, deadline: Option<Instant>) -> Instant {
+        let limit = Instant::now() + self.shared.response_timeout;
+        deadline.map_or(limit, |deadline| limit.min(deadline))
+    }
+
+    /// Has the server watch the lock key `key` for `subscription` too, so that every change
+    /// of the key (a release nobody announces, an expiry, a `DEL`) wakes it as an unlock
+    /// message would (asking the key's master's listener unless the key is watched already),
+    /// and waits until that is confirmed or given up, the stop, or one response timeout
+    /// (less by `deadline`).
+    pub(crate) fn track(
+        &self,
+        subscription: &mut Subscription,
+        key: &str,
+        deadline: Option<Instant>,
+    ) {
+        subscription.key = Some(key.to_owned());
+        if self.shared.tracked.add(key, &subscription.waiters) {
+            if self.shared.is_tracking_refused() {
+                let key = [key.to_owned()];
+                self.shared.tracked.set_state(&key, TrackState::Off, false);
+            } else {
+                self.shared.track_by(key, deadline);
+            }
+        }
+        let limit = self.confirmation_limit(deadline);
+        let mut state = subscription.waiters.state.lock();
+        while self.shared.tracked.state(key) == TrackState::Pending
+            && !subscription.stop.is_stopped()
+        {
+            if subscription
+                .waiters
+                .ready
+                .wait_until(&mut state, limit)
+                .timed_out()
+            {
+                log::debug!("tracking of {key:?} not confirmed in time; waiting by back-off");
+                break;
+            }
+        }
     }
 
     /// Whether one of this manager's listeners is subscribed to `channel` on the server.
@@ -222,7 +290,10 @@ impl Drop for Subscriber {
 /// One thread's registration as a waiter on one channel; dropping it deregisters.
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
-    channel: String,
+    /// The channel it waits on; `None` for a waiter woken by client tracking alone.
+    channel: Option<String>,
+    /// The lock key whose changes client tracking reports to it, if any.
+    key: Option<String>,
     pub(super) waiters: Arc<Waiters>,
     /// The wait number this waiter registered with for grants, if it did (see
     /// `super::grants`).
@@ -281,11 +352,37 @@ impl Subscription {
     pub(crate) fn stopped(&self) -> Option<crate::error::Error> {
         self.stop.check().err()
     }
+
+    /// The lock key it has the server watch, if any.
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// Whether the server reports every change of its key now (client tracking confirmed):
+    /// its back-off is then only a safety net.
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.key
+            .as_deref()
+            .is_some_and(|key| self.shared.tracked.state(key) == TrackState::Live)
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.forget_expected_grant();
+        if let Some(key) = self.key.take() {
+            // The key stays watched, idle, until its listener forgets it.
+            self.shared.tracked.remove(&key, &self.waiters);
+        }
+        if let Some(channel) = self.channel.take() {
+            self.leave(channel);
+        }
+    }
+}
+
+impl Subscription {
+    /// This waiter leaves `channel`; the last one asks for the unsubscribe.
+    fn leave(&self, channel: String) {
         let mut channels = self.shared.channels.lock();
         let mut state = self.waiters.state.lock();
         state.waiters -= 1;
@@ -300,14 +397,14 @@ impl Drop for Subscription {
             return;
         }
         drop(state);
-        channels.remove(&self.channel);
+        channels.remove(&channel);
         drop(channels);
         // No wake-up: an extra subscription costs nothing until the listener's next tick.
-        let Some(addr) = self.shared.master_of(&self.channel) else {
+        let Some(addr) = self.shared.master_of(&channel) else {
             return;
         };
         if let Some(handle) = self.shared.listeners.lock().get(&addr) {
-            let _ = handle.orders.send(Order::Unsubscribe(self.channel.clone()));
+            let _ = handle.orders.send(Order::Unsubscribe(channel));
         }
     }
 }

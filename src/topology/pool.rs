@@ -287,6 +287,14 @@ impl Pool {
         }
     }
 
+    /// A connection of its own, outside the pool, within one connect timeout: for the
+    /// listener's client tracking (`crate::pubsub::tracking`), whose state lives on the
+    /// connection and must not be handed to other callers.
+    pub(crate) fn connect_detached(&self) -> Result<Connection> {
+        self.origin.check()?;
+        self.connect(self.connect_timeout)
+    }
+
     /// A pub/sub connection in `protocol`, within one connect timeout.
     fn connect_speaking(&self, protocol: redis::ProtocolVersion) -> Result<PubSubConnection> {
         let info = self.client.get_connection_info().clone();
