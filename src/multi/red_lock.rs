@@ -30,9 +30,10 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// [`LockManager`](crate::LockManager) connected to a different server (no replication
 /// between them). Two locks of one name from the same manager are refused
 /// ([`Error::InvalidArgument`]): they are one lock on one server, and no round could reach a
-/// quorum. So is a string lock's `Lock` (a [`StringLock`](crate::StringLock) guard's
-/// [`LockGuard::lock`]): a round takes Redisson's hash lock, not redis-py's format. Two managers connected to the same server cannot be told apart from here, and make
-/// the same mistake.
+/// quorum. Two managers connected to the same server cannot be told apart from here, and make
+/// the same mistake. A string lock's `Lock` (a [`StringLock`](crate::StringLock) guard's
+/// [`LockGuard::lock`]) is refused too: a round takes Redisson's hash lock, not redis-py's
+/// format.
 ///
 /// ```no_run
 /// use std::time::Duration;

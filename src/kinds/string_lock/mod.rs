@@ -24,9 +24,9 @@
 //! scripts (`scripts`), and what its guards' `Lock` answers with (`format`).
 
 mod format;
-pub(crate) mod kind;
+mod kind;
 mod protocol;
-pub(crate) mod scripts;
+mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
