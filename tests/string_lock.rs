@@ -443,6 +443,55 @@ fn a_release_whose_reply_was_lost_reports_success() -> Result<()> {
     Ok(())
 }
 
+/// Invariant: a last release whose first send never ran (the pooled connection died with a
+/// restart) and whose resend finds the key gone reports the hold lost: the server forgot it
+/// (no persistence), and the critical section may have been unprotected.
+#[test]
+fn a_release_resent_after_a_dead_connection_reports_a_hold_forgotten_by_a_restart() -> Result<()> {
+    let mut server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let lock = manager.get_string_lock("str:restarted");
+    let guard = lock.lock()?;
+    server.restart(); // empty: the hold is gone, and the pooled connection is dead
+                      // Asked on a connection of its own: the manager's pooled one must stay as it is.
+    assert_eq!(
+        value(&server, "str:restarted"),
+        None,
+        "the restarted server has no key"
+    );
+    let sent_before = manager.stats().commands;
+    let released = guard.unlock();
+    let sends = manager.stats().commands - sent_before;
+    assert!(
+        matches!(released, Err(Error::NotHeld { .. })),
+        "the hold was lost before the release: {released:?} after {sends} sends"
+    );
+    Ok(())
+}
+
+/// Invariant: a RedLock refuses a string lock's `Lock` (a guard's `lock()`), which it would
+/// take as a hash lock, with a clear error and nothing written.
+#[test]
+fn a_redlock_refuses_a_string_locks_lock_handle() -> Result<()> {
+    let server = RedisServer::start();
+    let manager = LockManager::new(&server.url())?;
+    let name = "str:redlock";
+    let handle = manager.get_string_lock(name).lock()?.lock().clone();
+    // The guard dropped: the key is free, and a hash lock's acquire would take it.
+    assert!(!handle.is_locked()?);
+    let redlock = redis_rlock::RedLock::new(vec![handle]);
+    let taken = redlock.try_lock(Duration::ZERO);
+    assert!(
+        matches!(taken, Err(Error::InvalidArgument { .. })),
+        "{:?}",
+        taken.map(|guard| guard.is_some())
+    );
+    assert_eq!(value(&server, name), None, "nothing written");
+    let exists: bool = server.conn().exists(name).unwrap();
+    assert!(!exists);
+    Ok(())
+}
+
 /// Invariant: a release of an earlier hold (which renews the key) whose reply was lost is
 /// sent again and reports success; the thread still holds the lock, once.
 #[test]

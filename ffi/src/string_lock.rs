@@ -80,8 +80,10 @@ pub unsafe extern "C" fn redis_rlock_string_try_lock(
 }
 
 /// Deletes the string lock `name` whoever holds it (a Python holder too), announcing nothing.
-/// `*released` (may be NULL) tells whether it was held. A key of that name of another type is
-/// left alone (`REDIS_RLOCK_REDIS_ERROR`, WRONGTYPE).
+/// `*released` (may be NULL) tells whether it was held. A key of that name of another type,
+/// or a string that is a count rather than a token (a semaphore's permits or a count-down
+/// latch's count: a decimal integer of at most 19 digits, optionally negative), is left alone
+/// (`REDIS_RLOCK_REDIS_ERROR`, WRONGTYPE).
 ///
 /// # Safety
 /// As for `redis_rlock_force_unlock`.

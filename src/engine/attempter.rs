@@ -168,14 +168,14 @@ fn attempt_owner(
     thread: u64,
     fresh: bool,
 ) -> (String, bool) {
+    if !fresh {
+        if let Some(held) = engine.holds.token(kind, keys, thread) {
+            return (held.to_string(), true);
+        }
+    }
     let owner = owner_field(engine.client_id(), thread);
-    let Some(token) = kind.fresh_token(&owner) else {
-        return (owner, false);
-    };
-    let held = if fresh {
-        None
-    } else {
-        engine.holds.token(kind, keys, thread)
-    };
-    (held.map_or(token, |held| held.to_string()), true)
+    match kind.fresh_token(&owner) {
+        Some(token) => (token, true),
+        None => (owner, false),
+    }
 }

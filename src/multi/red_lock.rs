@@ -31,7 +31,9 @@ const BACKOFF_SPREAD_MS: u64 = 40;
 /// between them). Two locks of one name from the same manager are refused
 /// ([`Error::InvalidArgument`]): they are one lock on one server, and no round could reach a
 /// quorum. Two managers connected to the same server cannot be told apart from here, and make
-/// the same mistake.
+/// the same mistake. A string lock's `Lock` (a [`StringLock`](crate::StringLock) guard's
+/// [`LockGuard::lock`]) is refused too: a round takes Redisson's hash lock, not redis-py's
+/// format.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -245,6 +247,9 @@ impl RedLock {
                 "locks",
                 "a RedLock needs at least one master",
             ));
+        }
+        if let Some(lock) = self.locks.iter().find(|lock| lock.is_other_format()) {
+            return Err(not_a_hash_lock(lock));
         }
         for (i, lock) in self.locks.iter().enumerate() {
             let same = |other: &Lock| {
@@ -678,4 +683,17 @@ impl Watch {
         // Every hold ended without the quorum being lost: dropping `tell` disconnects the
         // receiver.
     }
+}
+
+/// The error for a lock of another format (a string lock's guard's `Lock`): a round takes
+/// Redisson's hash lock on every master, which would not be that lock.
+fn not_a_hash_lock(lock: &Lock) -> Error {
+    Error::invalid(
+        "locks",
+        format!(
+            "{:?} is a string lock's (redis-py's format); a RedLock takes Redisson's hash \
+             lock, from LockManager::get_lock",
+            crate::names::shown(lock.name())
+        ),
+    )
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::{Connection, RedisResult};
 
-use super::resend::is_lost_reply;
+use super::resend::send_again_if_lost;
 use super::{LockStore, Op};
 use crate::error::Result;
 use crate::names::LockKeys;
@@ -64,15 +64,13 @@ impl LockStore {
                 call(conn, &latch, &previous)
             })
         };
-        let reply = match send() {
-            Err(err) if is_lost_reply(&err) => {
-                log::debug!("release of {:?}: {err}; sending it again", keys.name);
-                // The first send may still reach the server after this one (a retransmission,
-                // a proxy): its latch must outlive it, so it is left to expire, not deleted.
-                return send();
-            }
-            other => other?,
-        };
+        let sent = send_again_if_lost(&keys.name, send);
+        if sent.again {
+            // The first send may still reach the server after this one (a retransmission,
+            // a proxy): its latch must outlive it, so it is left to expire, not deleted.
+            return sent.reply;
+        }
+        let reply = sent.reply?;
         let mut latches = self.last_latch.lock();
         if latches.len() >= LATCHES_REMEMBERED {
             latches.clear();

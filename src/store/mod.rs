@@ -45,11 +45,11 @@ mod resend;
 pub(crate) mod scripts;
 
 pub(crate) use replies::{Attempt, Release, UNLOCK_MESSAGE};
-pub(crate) use resend::is_not_local;
 pub(crate) use resend::Op;
 #[cfg(doc)]
 use resend::Policy;
 use resend::{is_broken, is_dead_connection, is_unreachable, Failed};
+pub(crate) use resend::{is_lost_reply, is_not_local, send_again_if_lost};
 
 /// How many MOVED or ASK redirections one command follows before giving up.
 const REDIRECTS_MAX: u32 = 5;

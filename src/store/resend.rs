@@ -299,8 +299,36 @@ fn round_ms(d: Duration) -> Duration {
 }
 
 /// The reply may be lost although the command ran: a timeout or a broken connection.
-pub(super) fn is_lost_reply(err: &Error) -> bool {
+pub(crate) fn is_lost_reply(err: &Error) -> bool {
     err.is_timeout() || err.is_connection_error()
+}
+
+/// What [`send_again_if_lost`] got: the last send's reply, and whether the first send's was
+/// lost (then that send may have run, before or even after the second).
+pub(crate) struct Resent<T> {
+    /// The reply of the last send.
+    pub(crate) reply: Result<T, Error>,
+    /// Whether the command was sent a second time, its first reply lost.
+    pub(crate) again: bool,
+}
+
+/// Runs `send`, and once more when its reply was lost ([`is_lost_reply`]): for a release
+/// whose second run answers as the first did (a latch) or changes nothing more (a
+/// token-checked delete or renewal).
+pub(crate) fn send_again_if_lost<T>(name: &str, send: impl Fn() -> Result<T, Error>) -> Resent<T> {
+    match send() {
+        Err(err) if is_lost_reply(&err) => {
+            log::debug!("release of {name:?}: {err}; sending it again");
+            Resent {
+                reply: send(),
+                again: true,
+            }
+        }
+        reply => Resent {
+            reply,
+            again: false,
+        },
+    }
 }
 
 /// The connection is gone: nothing was read from it, so the server never answered.

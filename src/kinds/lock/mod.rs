@@ -97,6 +97,12 @@ impl Lock {
         }
     }
 
+    /// Whether this `Lock` answers for a lock of another format (a string lock's guard hands
+    /// out such a `Lock`), not for a hash of hold counts.
+    pub(crate) fn is_other_format(&self) -> bool {
+        self.format.is_some()
+    }
+
     /// The manager's engine, also in a child made by `fork()`: for what only reads its
     /// identity and settings, or checks the process itself (see [`engine`](Self::engine)).
     pub(crate) fn engine_in_any_process(&self) -> &Engine {

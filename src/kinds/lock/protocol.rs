@@ -13,7 +13,7 @@ use crate::store::{Attempt, LockStore, Op, Release, UNLOCK_MESSAGE};
 
 /// Redis allows many keys per script call, but a renewal script runs while the server does
 /// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
-const RENEW_KEYS_PER_CALL: usize = 100;
+pub(crate) const RENEW_KEYS_PER_CALL: usize = 100;
 
 /// How long a waiter's registration outlives the moment it is due to look again (its
 /// holder's TTL, or its wait's end), for the scheduling and the round trip in between: a
