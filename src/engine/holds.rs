@@ -363,6 +363,21 @@ impl Holds {
         });
     }
 
+    /// The holds of `thread` on `keys` in the family of `kind` are gone from the server (a
+    /// release that was not the last freed the lock): lost, as a renewal that found them gone
+    /// would find them.
+    pub(crate) fn lose(&self, kind: &'static dyn LockKind, keys: &Arc<LockKeys>, thread: u64) {
+        let slot = Slot::of(kind, keys, thread);
+        let mut state = self.state.lock();
+        let Some(hold) = state.holds.remove(&slot) else {
+            return;
+        };
+        if hold.status.mark_lost() {
+            self.counters.hold_lost();
+        }
+        (self.on_lost)(&slot.hold_key(&hold));
+    }
+
     /// A release left `thread` holding `keys` and set its lease to `lease` by a request sent
     /// at `sent` (a re-entry with a shorter fixed lease may have cut it before).
     pub(crate) fn confirm(

@@ -188,7 +188,10 @@ pub(crate) trait HandsOver: TakesTurns {
     /// [`LockKind::release`], which on the last hold, unless more than `listeners.ignored`
     /// of the channel's subscribers heard it (this manager's own listener, or all while
     /// yields are suspended), acquires for `next` (owner field and lease); or grants the lock
-    /// to a registered waiter, for kinds with [`Grants`].
+    /// to a registered waiter, for kinds with [`Grants`]. `left` is how many holds of `owner`
+    /// this manager still counts after this one (0: the last): a release with holds left never
+    /// frees the lock, even where the server had the owner's count at one ([`Release::Kept`]).
+    #[allow(clippy::too_many_arguments)]
     fn release_handing_over(
         &self,
         store: &LockStore,
@@ -197,6 +200,7 @@ pub(crate) trait HandsOver: TakesTurns {
         lease_ms: u64,
         listeners: Listeners,
         next: Option<(&str, u64)>,
+        left: u32,
     ) -> Result<Release>;
 
     /// How many holds `owner` has on the server: read when a handoff's reply was lost.

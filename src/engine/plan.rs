@@ -94,8 +94,11 @@ impl AcquirePlan {
                 Listen::Subscribe
             },
             // A fenced acquire needs its own token, and with replica sync only the acquiring
-            // thread's attempt waits for the replicas: no grants for either.
+            // thread's attempt waits for the replicas: no grants for either. A re-entry (its
+            // Redis hold lost, it waits) neither: a grant, or a registered attempt, writes the
+            // owner's only hold, and the re-entry counts one more by its attempt marker.
             registers_for_grants: facts.grants
+                && !facts.holding
                 && !facts.fenced
                 && facts.deployment.grants_possible
                 && !facts.deployment.waits_for_replicas,
@@ -239,6 +242,14 @@ mod tests {
             ..lock(SINGLE)
         };
         assert!(!registers(fenced), "a fenced acquire wants its own token");
+        let reentry = AcquireFacts {
+            holding: true,
+            ..lock(SINGLE)
+        };
+        assert!(
+            !registers(reentry),
+            "a re-entry counts on, a grant would not"
+        );
         let fair = AcquireFacts {
             takes_turns: false,
             grants: false,

@@ -88,6 +88,7 @@ impl Engine {
                 plan.lease_ms,
                 plan.listeners,
                 next,
+                left.total,
             ),
             None => kind.release_counted(&self.store, keys, &owner, plan.lease_ms, last),
         };
@@ -122,15 +123,28 @@ impl Engine {
 
     /// Counts what the release did, and confirms the lease of holds that remain.
     fn record(&self, sent: &Sent<'_>, outcome: &Result<Release>) {
+        let (held, keys) = (sent.held, sent.keys);
+        if !sent.plan.last && outcome.as_ref().is_ok_and(Release::freed) {
+            // The server had fewer holds of the owner than the registry (a late send of a
+            // fresh acquire set its count to one) and a kind without `Release::Kept` deleted
+            // the key: the holds that remain are gone, and their guards are told now rather
+            // than at the next renewal.
+            log::warn!(
+                "lock {:?} was lost: a release that was not the last freed it",
+                keys.name
+            );
+            self.holds.lose(held.kind, keys, held.thread);
+            return;
+        }
         match outcome {
             Ok(Release::HandedOver) => self.store.counters.local_handoff(),
             Ok(Release::LeftForOthers) => self.store.counters.yielded(),
             Ok(Release::Granted) => self.store.counters.grant_given(),
             // The release set the lease of the holds that remain: the guards' deadline follows.
-            Ok(Release::StillHeld) => {
-                let (held, lease) = (sent.held, Duration::from_millis(sent.plan.lease_ms));
+            Ok(Release::StillHeld | Release::Kept) => {
+                let lease = Duration::from_millis(sent.plan.lease_ms);
                 self.holds
-                    .confirm(held.kind, sent.keys, held.thread, sent.at, lease);
+                    .confirm(held.kind, keys, held.thread, sent.at, lease);
             }
             _ => {}
         }

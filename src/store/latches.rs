@@ -20,7 +20,8 @@ const LATCHES_REMEMBERED: usize = 1024;
 const LATCHES_PER_LOCK: usize = 8;
 
 /// The request ids of a client's unlock latches: 32 lower-case hex digits, as Redisson's, made
-/// of 64 random bits drawn once per manager and the count of its releases. Unique among
+/// of the first 64 bits of a random UUID (v4: 60 random bits, 4 fixed version bits) drawn once
+/// per manager and the count of its releases. Unique among
 /// clients as a random id is, without asking the OS for random bytes at every release (a
 /// system call on the release's path).
 pub(super) struct LatchIds {

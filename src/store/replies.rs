@@ -72,11 +72,23 @@ pub(crate) enum Release {
     Granted,
     /// One hold fewer; the owner still holds the lock.
     StillHeld,
+    /// Not the owner's last hold as this manager counts them, but the server had the owner's
+    /// count at one (a late send of a fresh acquire set it there): the key was kept, with the
+    /// count of the holds that remain, instead of freed under them.
+    Kept,
     /// The owner held no hold: expired, force-unlocked, or someone else's.
     NotHeld,
 }
 
 impl Release {
+    /// Whether the release deleted the key: the owner holds nothing of the lock any more.
+    pub(crate) fn freed(&self) -> bool {
+        matches!(
+            self,
+            Release::Released | Release::HandedOver | Release::LeftForOthers | Release::Granted
+        )
+    }
+
     /// The release script's reply (see `RELEASE` in scripts.rs); other kinds' release
     /// scripts reply in the same codes.
     pub(crate) fn from_reply(reply: Option<i64>) -> Self {
@@ -86,6 +98,7 @@ impl Release {
             Some(2) => Release::HandedOver,
             Some(3) => Release::LeftForOthers,
             Some(4) => Release::Granted,
+            Some(5) => Release::Kept,
             Some(_) => Release::Released,
         }
     }

@@ -57,7 +57,7 @@ impl LockKind for Reentrant {
         owner: &str,
         lease_ms: u64,
     ) -> Result<Release> {
-        protocol::release(store, keys, lease_ms, owner, Listeners::default(), None)
+        protocol::release(store, keys, lease_ms, owner, Listeners::default(), None, 0)
     }
 
     fn channel(&self, keys: &LockKeys, _owner: &str) -> String {
@@ -94,8 +94,9 @@ impl HandsOver for Reentrant {
         lease_ms: u64,
         listeners: Listeners,
         next: Option<(&str, u64)>,
+        left: u32,
     ) -> Result<Release> {
-        protocol::release(store, keys, lease_ms, owner, listeners, next)
+        protocol::release(store, keys, lease_ms, owner, listeners, next, left)
     }
 
     fn hold_count(&self, store: &LockStore, keys: &LockKeys, owner: &str) -> Result<u32> {

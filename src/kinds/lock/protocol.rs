@@ -28,8 +28,9 @@ const REGISTRATION_MARGIN: Duration = Duration::from_millis(1000);
 ///
 /// An owner that holds nothing of the lock as far as it knows (`fresh`) takes a grant a
 /// release made to it (docs/design/engine.md, "Grants") instead of counting a second hold. With
-/// `waiting` (always fresh), an attempt that finds the lock held registers the caller as a
-/// waiter that a release may grant the lock to.
+/// `waiting`, a fresh attempt that finds the lock held registers the caller as a waiter that a
+/// release may grant the lock to. A re-entry never registers (the plan does not ask it to): a
+/// grant would write its owner's only hold, where the re-entry counts one more.
 pub(crate) fn try_acquire(
     store: &LockStore,
     keys: &LockKeys,
@@ -39,7 +40,7 @@ pub(crate) fn try_acquire(
     fresh: bool,
     waiting: Option<&Waiting>,
 ) -> Result<Attempt> {
-    let fresh = fresh || waiting.is_some();
+    let waiting = waiting.filter(|_| fresh);
     let mut call = acquire_call(
         store,
         keys,
@@ -132,6 +133,11 @@ fn acquire_call(
 /// subscribers heard the unlock, it is acquired for `next` (owner field, lease ms) in the
 /// same script call: the handoff to the next local thread.
 ///
+/// `left` is how many holds of `owner` this manager still counts after this one (0: its last).
+/// A release that is not the last never frees the lock: where the server had the owner's
+/// count at one (a late send of a fresh acquire set it), the count becomes `left`
+/// ([`Release::Kept`]).
+///
 /// Idempotent: when the reply is lost (a timeout, a broken connection) the call is sent
 /// once more with the same latch, and gets the first call's answer if that one ran (the
 /// handoff included: it is never done twice, nor reported undone when it was done).
@@ -142,6 +148,7 @@ pub(crate) fn release(
     owner: &str,
     listeners: Listeners,
     next: Option<(&str, u64)>,
+    left: u32,
 ) -> Result<Release> {
     let (next_owner, next_lease_ms) = next.unwrap_or(("", 0));
     let reply = store.release_with_latch(keys, |conn, latch, previous| {
@@ -159,7 +166,8 @@ pub(crate) fn release(
             .arg(next_owner)
             .arg(next_lease_ms)
             .arg(u64::from(listeners.own))
-            .arg(store.numsub_command());
+            .arg(store.numsub_command())
+            .arg(left);
         call.invoke::<Option<i64>>(conn)
     })?;
     Ok(Release::from_reply(reply))

@@ -61,10 +61,11 @@ end
 /// neither reads nor writes the marker: sent again, it makes its hold the owner's only one
 /// (`fresh_hold`), so its repeat takes nothing more without one (docs/design/guarantees.md,
 /// "What the attempt marker and the unlock latch repair"). `ARGV[1]` lease ms, `ARGV[2]`
-/// owner field, `ARGV[3]` attempt id (empty: no marker, only with `KEYS[3]`), `ARGV[4]` marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait
-/// number, `ARGV[6]` how long the caller still waits at most, in ms (empty: without limit),
-/// `ARGV[7]` how long past its next look a registration stays, in ms, `ARGV[8]` the control
-/// channel its manager's listener is subscribed to on this server (empty: do not register).
+/// owner field, `ARGV[3]` attempt id (empty: no marker, only with `KEYS[3]`), `ARGV[4]`
+/// marker TTL ms (see `attempt_script!`), `ARGV[5]` the caller's wait number, `ARGV[6]` how
+/// long the caller still waits at most, in ms (empty: without limit), `ARGV[7]` how long past
+/// its next look a registration stays, in ms, `ARGV[8]` the control channel its manager's
+/// listener is subscribed to on this server (empty: do not register).
 /// `KEYS[3]` and `ARGV[5..]` may be left out (no registration, no grant taken). Replies nil
 /// when acquired (new, re-entered, or granted to the owner by a release: then without a
 /// second hold), else the holder's PTTL, after registering the caller (with a wait number) in
@@ -172,9 +173,10 @@ return 0
 /// holds nothing of the lock as far as it knows. `ARGV[1]` lease ms, `ARGV[2]` owner field,
 /// `ARGV[3]` attempt id, `ARGV[4]` marker TTL ms. Like [`ACQUIRE`] (a grant to the owner that
 /// it never learned of is taken, not counted again; it never registers), and every
-/// acquisition (re-entries too) also increments the counter. Replies a one-element array with the new token as a string when
-/// acquired (Lua numbers are doubles: a string keeps tokens above 2^53 exact), else the
-/// holder's PTTL. A repeated send of one attempt gets the first send's token.
+/// acquisition (re-entries too) also increments the counter. Replies a one-element array with
+/// the new token as a string when acquired (Lua numbers are doubles: a string keeps tokens
+/// above 2^53 exact), else the holder's PTTL. A repeated send of one attempt gets the first
+/// send's token.
 ///
 /// The counter is checked first, before anything is written: it must be missing or a string
 /// holding a non-negative integer in Redis' canonical form (no sign, no leading zero) below
@@ -250,7 +252,8 @@ end"#,
 /// listener), `ARGV[7]` the next local owner field (empty: no handoff), `ARGV[8]` its lease ms,
 /// `ARGV[9]` how many of the channel's subscribers are the releasing client's own listener (0
 /// or 1), `ARGV[10]` the `PUBSUB` subcommand that counts them (`numsub`, `shardnumsub`; empty
-/// or left out: no grants).
+/// or left out: no grants), `ARGV[11]` how many holds the caller counts for the owner after
+/// this release (0, empty or left out: this is its last).
 ///
 /// On the last hold, the lock goes to the first registered waiter of another client when
 /// every other subscriber of the channel is such a waiter (no Redisson client, nobody else
@@ -261,10 +264,16 @@ end"#,
 /// channel has no subscriber besides those disregarded (`PUBSUB NUMSUB`, `SHARDNUMSUB`), the
 /// message is not published at all: nobody could take the lock on it.
 ///
-/// Replies nil when the owner holds no hold, 0 when one hold fewer remains, and on the last
-/// hold (the key deleted): 4 when granted to a registered waiter, 3 when anyone besides the
-/// client's own listener heard the unlock message (the lock is left free for them), 2 when it
-/// was acquired for the next local owner, 1 when left free. A repeated call (same latch) gets
+/// A release that is not the caller's last (`ARGV[11]` > 0) but finds the owner's count at one
+/// does not delete the key: it sets the count to `ARGV[11]`, the holds whose guards are still
+/// out, and their lease (docs/design/guarantees.md, "What the attempt marker and the unlock
+/// latch repair").
+///
+/// Replies nil when the owner holds no hold, 0 when one hold fewer remains, 5 when the count
+/// was set to `ARGV[11]` as above, and on the last hold (the key deleted): 4 when granted to a
+/// registered waiter, 3 when anyone besides the client's own listener heard the unlock message
+/// (the lock is left free for them), 2 when it was acquired for the next local owner, 1 when
+/// left free. A repeated call (same latch) gets
 /// the first call's reply and changes nothing. A publish the server refuses (an ACL without
 /// channel rights) does not undo the release: the release is reported, and nobody heard it.
 pub const RELEASE: &str = latched_script!(
@@ -279,8 +288,15 @@ if not holds then
     return nil
 end
 local result = 1
+local left = tonumber(ARGV[11] or '') or 0
+if holds == '1' and left > 0 then
+    -- The caller still counts holds that the hash lost (a late send of a fresh acquire set the
+    -- count to one): deleting would free the lock under them. Kept, with the count they need.
+    redis.call('hset', KEYS[1], ARGV[3], left)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    result = 5
 -- The last hold ('1') needs no count written: the key goes.
-if holds ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+elseif holds ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     result = 0
 else
