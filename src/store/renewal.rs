@@ -122,7 +122,35 @@ enum CallOutcome {
     Refused(RedisError),
 }
 
+/// Redis allows many keys per script call, but a renewal script runs while the server does
+/// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
+const RENEW_KEYS_PER_CALL: usize = 100;
+
 impl LockStore {
+    /// Renews `batch`'s `(key, owner)` entries with `script`, called as the lock kinds' renewal
+    /// scripts take them: `KEYS` the keys, `ARGV[1]` the lease ms, `ARGV[i + 1]` the owner of
+    /// `KEYS[i]`; at most [`RENEW_KEYS_PER_CALL`] keys a call, through
+    /// [`per_master`](Self::per_master).
+    pub(crate) fn renew_owned(
+        &self,
+        batch: &[(&str, &str)],
+        timeout_ms: u64,
+        budget: Duration,
+        script: &Script,
+    ) -> Vec<Option<bool>> {
+        self.per_master(batch, budget, RENEW_KEYS_PER_CALL, script, |pipe, chunk| {
+            let mut call = script.prepare_invoke();
+            for (key, _) in chunk {
+                call.key(*key);
+            }
+            call.arg(timeout_ms);
+            for (_, owner) in chunk {
+                call.arg(*owner);
+            }
+            call.add_to(pipe);
+        })
+    }
+
     /// Renews the entries of `batch` with one pipeline per master, all masters' pipelines
     /// sent before any reply is read, all within `budget` (see the module's docs). `call`
     /// adds one call of `script` for a chunk of entries to a pipeline, and that call's reply

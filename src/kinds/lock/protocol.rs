@@ -11,10 +11,6 @@ use crate::names::LockKeys;
 use crate::store::scripts::ScriptInvocation;
 use crate::store::{Attempt, LockStore, Op, Release, UNLOCK_MESSAGE};
 
-/// Redis allows many keys per script call, but a renewal script runs while the server does
-/// nothing else; 100 keys keeps each call short (Redisson uses the same batch size).
-pub(crate) const RENEW_KEYS_PER_CALL: usize = 100;
-
 /// How long a waiter's registration outlives the moment it is due to look again (its
 /// holder's TTL, or its wait's end), for the scheduling and the round trip in between: a
 /// registration that lapses early only means that the waiter is not granted the lock.
@@ -204,18 +200,7 @@ pub(crate) fn renew(
     timeout_ms: u64,
     budget: Duration,
 ) -> Vec<Option<bool>> {
-    let script = &LOCK_SCRIPTS.renew;
-    store.per_master(batch, budget, RENEW_KEYS_PER_CALL, script, |pipe, chunk| {
-        let mut call = script.prepare_invoke();
-        for (key, _) in chunk {
-            call.key(*key);
-        }
-        call.arg(timeout_ms);
-        for (_, owner) in chunk {
-            call.arg(*owner);
-        }
-        call.add_to(pipe);
-    })
+    store.renew_owned(batch, timeout_ms, budget, &LOCK_SCRIPTS.renew)
 }
 
 /// Deletes the lock whoever holds it and announces the release where the waiters of its

@@ -10,7 +10,6 @@ use redis::Connection;
 use super::scripts::{ACQUIRE_SCRIPT, EXTEND_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 use crate::engine::kind::AttemptArgs;
 use crate::error::{Error, Result};
-use crate::kinds::lock::protocol::RENEW_KEYS_PER_CALL;
 use crate::names::LockKeys;
 use crate::store::{is_lost_reply, send_again_if_lost, Attempt, LockStore, Op, Release};
 use crate::topology::newer_commands::{Newer, NewerCommands};
@@ -90,18 +89,7 @@ pub(super) fn renew(
     timeout_ms: u64,
     budget: Duration,
 ) -> Vec<Option<bool>> {
-    let script = &RENEW_SCRIPT;
-    store.per_master(batch, budget, RENEW_KEYS_PER_CALL, script, |pipe, chunk| {
-        let mut call = script.prepare_invoke();
-        for (key, _) in chunk {
-            call.key(*key);
-        }
-        call.arg(timeout_ms);
-        for (_, owner) in chunk {
-            call.arg(*owner);
-        }
-        call.add_to(pipe);
-    })
+    store.renew_owned(batch, timeout_ms, budget, &RENEW_SCRIPT)
 }
 
 /// After a fresh acquisition's attempt whose reply was lost (it may have set the key with a
