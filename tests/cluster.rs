@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis_rlock::{Lease, LockManager, ShardedPubSubMode};
 use support::cluster::RedisCluster;
+use support::redisson::REDISSON_UNLOCK;
 
 /// The lease of the tests that kill or fail over a master: long enough that the lease left
 /// after the last renewal before the kill (two thirds of it) outlasts the failover (node
@@ -183,25 +184,6 @@ fn waiters_on_every_master_are_woken_by_sharded_pub_sub() {
 fn sharded_pub_sub() -> bool {
     support::server_version().at_least_redis(7, 0)
 }
-
-/// Redisson's own unlock script, as it runs on a Redis 7 cluster (`SPUBLISH`; `PUBLISH` on
-/// Redis 6).
-const REDISSON_UNLOCK: &str = r#"
-local val = redis.call('get', KEYS[3]);
-if val ~= false then return tonumber(val); end;
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
-if (counter > 0) then
-  redis.call('pexpire', KEYS[1], ARGV[2]);
-  redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
-  return 0;
-else
-  redis.call('del', KEYS[1]);
-  redis.call(ARGV[4], KEYS[2], ARGV[1]);
-  redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
-  return 1;
-end;
-"#;
 
 #[test]
 fn redisson_and_this_crate_wake_each_other_through_spublish() {

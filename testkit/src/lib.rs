@@ -14,6 +14,7 @@
 pub mod cluster;
 pub mod proxy;
 pub mod redis_py;
+pub mod redisson;
 pub mod redisson_spin;
 pub mod sentinel;
 
