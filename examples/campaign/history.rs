@@ -4,17 +4,24 @@
 
 use std::fmt;
 
-/// Which lock a round used: the fenced one (writes to the store) or the plain one; or a long
-/// wait: the waited lock, which every process's waiter thread contends for, or the process's
-/// own lock, which its fresh thread takes again and again (so that calls start during a
-/// fault).
+/// Which lock a round used: the fenced one (writes to the store), or one of the short rounds'
+/// locks (plain, spin, string: each its own name); or a long wait: the waited lock, which
+/// every process's waiter thread contends for, or the process's own lock, which its fresh
+/// thread takes again and again (so that calls start during a fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Fenced,
     Plain,
+    /// `get_spin_lock`: Redisson's hash, no unlock message, waiters woken by client tracking.
+    Spin,
+    /// `get_string_lock`: redis-py's `SET NX PX` string, no unlock message, tracking too.
+    StringLock,
     Waited,
     Fresh,
 }
+
+/// The kinds whose holds the checker compares for overlaps, each on its own name.
+pub const EXCLUSIVE: [Kind; 3] = [Kind::Plain, Kind::Spin, Kind::StringLock];
 
 impl Kind {
     /// A call with a wait longer than any failover: it must not fail inside it.
@@ -81,6 +88,8 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Fenced => "fenced",
             Kind::Plain => "plain",
+            Kind::Spin => "spin",
+            Kind::StringLock => "string",
             Kind::Waited => "waited",
             Kind::Fresh => "fresh",
         })
@@ -121,6 +130,8 @@ pub fn parse(line: &str) -> Option<Record> {
     let kind = match *f.get(1)? {
         "fenced" => Kind::Fenced,
         "plain" => Kind::Plain,
+        "spin" => Kind::Spin,
+        "string" => Kind::StringLock,
         "waited" => Kind::Waited,
         "fresh" => Kind::Fresh,
         _ => return None,

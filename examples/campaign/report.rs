@@ -1,5 +1,6 @@
 //! The table a campaign prints (and RELIABILITY.md keeps): one row per topology × fault.
 
+use super::history::Kind;
 use super::run::RowResult;
 
 const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | long waits failed (started in a fault) | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
@@ -36,8 +37,8 @@ fn line(row: &RowResult) -> String {
         documented(v.duplicate_tokens),
         documented(v.token_regressions),
         v.stale_accepted,
-        v.overlaps,
-        v.told_overlaps,
+        by_kind(v.overlaps, v.overlaps_by_kind.iter().map(|o| (o.0, o.1))),
+        by_kind(v.told_overlaps, v.overlaps_by_kind.iter().map(|o| (o.0, o.2))),
         v.liveness_misses,
         waiters(v),
         v.leftovers,
@@ -45,6 +46,18 @@ fn line(row: &RowResult) -> String {
         v.worst_recovery as f64 / 1e9,
         v.violations()
     )
+}
+
+/// A total, and which locks it came from when it is not 0: "3 (spin 1, string 2)".
+fn by_kind(total: usize, counts: impl Iterator<Item = (Kind, usize)>) -> String {
+    let parts: Vec<String> = counts
+        .filter(|&(_, n)| n > 0)
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect();
+    match total {
+        0 => "0".into(),
+        _ => format!("{total} ({})", parts.join(", ")),
+    }
 }
 
 /// Long waits that failed inside their wait, marked "(not promised)" where the README does not
