@@ -5,7 +5,8 @@
 use std::fmt;
 
 /// Which lock a round used: the fenced one (writes to the store), or one of the short rounds'
-/// locks (plain, spin, string: each its own name); or a long wait: the waited lock, which
+/// locks (plain, spin, string: each its own name; and a spin lock on the plain lock's name,
+/// which the two kinds share: one hash); or a long wait: the waited lock, which
 /// every process's waiter thread contends for, or the process's own lock, which its fresh
 /// thread takes again and again (so that calls start during a fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,14 +17,28 @@ pub enum Kind {
     Spin,
     /// `get_string_lock`: redis-py's `SET NX PX` string, no unlock message, tracking too.
     StringLock,
+    /// `get_spin_lock` on the plain lock's name: a silent holder that plain waiters must find
+    /// (tracking after 100 ms without a message), and a plain holder that spin waiters find.
+    SpinOnPlain,
     Waited,
     Fresh,
 }
 
-/// The kinds whose holds the checker compares for overlaps, each on its own name.
-pub const EXCLUSIVE: [Kind; 3] = [Kind::Plain, Kind::Spin, Kind::StringLock];
+/// The locks whose holds the checker compares for overlaps, as [`Kind::lock`] names them.
+pub const LOCKS: [&str; 3] = ["plain", "spin", "string"];
 
 impl Kind {
+    /// Which of [`LOCKS`] a hold of this kind is a hold of (holds of one lock, whatever their
+    /// kind, exclude each other), or `None` for the locks the overlap check leaves alone.
+    pub fn lock(self) -> Option<&'static str> {
+        match self {
+            Kind::Plain | Kind::SpinOnPlain => Some("plain"),
+            Kind::Spin => Some("spin"),
+            Kind::StringLock => Some("string"),
+            Kind::Fenced | Kind::Waited | Kind::Fresh => None,
+        }
+    }
+
     /// A call with a wait longer than any failover: it must not fail inside it.
     pub fn waits_long(self) -> bool {
         matches!(self, Kind::Waited | Kind::Fresh)
@@ -90,6 +105,7 @@ impl fmt::Display for Kind {
             Kind::Plain => "plain",
             Kind::Spin => "spin",
             Kind::StringLock => "string",
+            Kind::SpinOnPlain => "spin-on-plain",
             Kind::Waited => "waited",
             Kind::Fresh => "fresh",
         })
@@ -132,6 +148,7 @@ pub fn parse(line: &str) -> Option<Record> {
         "plain" => Kind::Plain,
         "spin" => Kind::Spin,
         "string" => Kind::StringLock,
+        "spin-on-plain" => Kind::SpinOnPlain,
         "waited" => Kind::Waited,
         "fresh" => Kind::Fresh,
         _ => return None,

@@ -1,5 +1,6 @@
 //! A fault campaign in the spirit of Jepsen (issue 23): worker processes × threads take a
-//! fenced lock (writing their tokens to a store that refuses stale ones) and a plain lock,
+//! fenced lock (writing their tokens to a store that refuses stale ones) and in turn a plain,
+//! a spin and a string lock (and a spin lock on the plain lock's name),
 //! while the driver breaks the deployment under them: failovers, killed and stopped masters,
 //! a stopped client, restarts, partitions in network namespaces, slot migration. A checker
 //! then reads every recorded history. See RELIABILITY.md for the table and what it means.

@@ -1,6 +1,5 @@
 //! The table a campaign prints (and RELIABILITY.md keeps): one row per topology × fault.
 
-use super::history::Kind;
 use super::run::RowResult;
 
 const HEADER: &str = "| topology | fault | faults | holds | failed acquires | refused writes | duplicate tokens | token regressions | stale writes accepted | overlaps, untold | overlaps, told (documented) | liveness misses | long waits failed (started in a fault) | keys left | workers failed or hung | worst recovery | violations |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|";
@@ -37,8 +36,8 @@ fn line(row: &RowResult) -> String {
         documented(v.duplicate_tokens),
         documented(v.token_regressions),
         v.stale_accepted,
-        by_kind(v.overlaps, v.overlaps_by_kind.iter().map(|o| (o.0, o.1))),
-        by_kind(v.told_overlaps, v.overlaps_by_kind.iter().map(|o| (o.0, o.2))),
+        by_lock(v.overlaps, v.overlaps_by_lock.iter().map(|o| (o.0, o.1))),
+        by_lock(v.told_overlaps, v.overlaps_by_lock.iter().map(|o| (o.0, o.2))),
         v.liveness_misses,
         waiters(v),
         v.leftovers,
@@ -49,10 +48,10 @@ fn line(row: &RowResult) -> String {
 }
 
 /// A total, and which locks it came from when it is not 0: "3 (spin 1, string 2)".
-fn by_kind(total: usize, counts: impl Iterator<Item = (Kind, usize)>) -> String {
+fn by_lock<'a>(total: usize, counts: impl Iterator<Item = (&'a str, usize)>) -> String {
     let parts: Vec<String> = counts
         .filter(|&(_, n)| n > 0)
-        .map(|(kind, n)| format!("{kind} {n}"))
+        .map(|(lock, n)| format!("{lock} {n}"))
         .collect();
     match total {
         0 => "0".into(),

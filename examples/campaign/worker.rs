@@ -1,7 +1,7 @@
 //! A worker process: `campaign worker ...`, started by the driver (several per row, each with
 //! several threads). Each thread alternates a fenced round (take the fenced lock, write its
 //! token to the store) and a short round (take the plain, spin or string lock in turn, each
-//! its own name, and stay a while), and appends
+//! its own name, or a spin lock on the plain lock's name, and stay a while), and appends
 //! what happened to the process's history file until the driver's stop file appears. Two
 //! more threads make calls with a long wait: a waiter (the waited lock, which every process
 //! contends for) and a fresh caller (its own lock, taken again every 100 ms, so that calls
@@ -27,8 +27,8 @@ pub const SPIN: &str = "{campaign}:spin";
 /// The string lock's name (redis-py's format): no unlock message either.
 pub const STRING: &str = "{campaign}:string";
 /// The short rounds' locks, taken in turn (a thread starts at its own index, so that every
-/// name has holders from the first round).
-const SHORT_ROUNDS: [Kind; 3] = [Kind::Plain, Kind::Spin, Kind::StringLock];
+/// name has holders from the first rounds).
+const SHORT_ROUNDS: [Kind; 4] = [Kind::Plain, Kind::Spin, Kind::StringLock, Kind::SpinOnPlain];
 /// How long one acquire waits: long enough for a holder to finish, short enough that a
 /// worker records its failures while a fault lasts.
 const WAIT: Duration = Duration::from_secs(2);
@@ -173,6 +173,7 @@ impl Thread {
             Kind::Plain => self.manager.try_lock(PLAIN, WAIT),
             Kind::Spin => self.manager.get_spin_lock(SPIN).try_lock(WAIT),
             Kind::StringLock => self.manager.get_string_lock(STRING).try_lock(WAIT),
+            Kind::SpinOnPlain => self.manager.get_spin_lock(PLAIN).try_lock(WAIT),
             Kind::Waited => self.manager.try_lock(WAITED, LONG_WAIT),
             Kind::Fresh => self.manager.try_lock(&fresh_name(self.process), LONG_WAIT),
         };
@@ -204,7 +205,7 @@ impl Thread {
                 std::thread::sleep(FENCED_WORK);
                 self.store.write(token, &self.owner)
             }
-            (Kind::Plain | Kind::Spin | Kind::StringLock, _) => {
+            (Kind::Plain | Kind::Spin | Kind::StringLock | Kind::SpinOnPlain, _) => {
                 std::thread::sleep(PLAIN_HOLD);
                 Write::None
             }
