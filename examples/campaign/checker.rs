@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::history::{End, Hold, Kind, Record};
+use super::history::{End, Hold, Kind, Record, LOCKS};
 use super::store::Entry;
 
 /// What a row's history shows.
@@ -21,12 +21,16 @@ pub struct Verdict {
     pub token_regressions: usize,
     /// Writes the store accepted although a token at least as high was accepted before.
     pub stale_accepted: usize,
-    /// Plain-lock holds of different owners inside each other's lease while both holders
-    /// were never told they lost it: what the guarantees rule out.
+    /// Holds of one lock (plain, spin or string; the plain one also taken as a spin lock) by
+    /// different owners inside each other's lease while both holders were never told they
+    /// lost it: what the guarantees rule out.
     pub overlaps: usize,
-    /// Holds that overlapped another and whose holder was told (lost signal or `NotHeld`):
-    /// the README's documented cases (a paused holder, a restart without persistence).
+    /// Holds that overlapped another of the same lock and whose holder was told (lost signal
+    /// or `NotHeld`): the README's documented cases (a paused holder, a restart without
+    /// persistence).
     pub told_overlaps: usize,
+    /// `overlaps` and `told_overlaps` lock by lock: (lock, untold, told).
+    pub overlaps_by_lock: Vec<(&'static str, usize, usize)>,
     /// Processes that did not acquire within the bound after a heal.
     pub liveness_misses: usize,
     /// Calls with a long wait (a waiter's, a fresh call's) that failed inside it: on Sentinel
@@ -102,12 +106,18 @@ pub fn check(
         .copied()
         .filter(|h| h.kind == Kind::Fenced)
         .collect();
-    let plain: Vec<&Hold> = holds
+    let overlaps_by_lock: Vec<(&str, usize, usize)> = LOCKS
         .iter()
-        .copied()
-        .filter(|h| h.kind == Kind::Plain)
+        .map(|&lock| {
+            let same: Vec<&Hold> = holds
+                .iter()
+                .copied()
+                .filter(|h| h.kind.lock() == Some(lock))
+                .collect();
+            let (untold, told) = overlaps(&same, lock, &mut notes);
+            (lock, untold, told)
+        })
         .collect();
-    let (overlaps, told_overlaps) = overlaps(&plain, &mut notes);
     // Liveness is about the short rounds: a long wait's hold says less about recovery.
     let short: Vec<&Hold> = holds
         .iter()
@@ -123,8 +133,9 @@ pub fn check(
         duplicate_tokens: duplicate_tokens(&fenced, &mut notes),
         token_regressions: token_regressions(&fenced, &mut notes),
         stale_accepted: stale_accepted(ledger),
-        overlaps,
-        told_overlaps,
+        overlaps: overlaps_by_lock.iter().map(|o| o.1).sum(),
+        told_overlaps: overlaps_by_lock.iter().map(|o| o.2).sum(),
+        overlaps_by_lock,
         liveness_misses,
         worst_recovery,
         waiter_failures,
@@ -162,7 +173,8 @@ impl Notes {
 
     fn hold(&self, h: &Hold) -> String {
         format!(
-            "{} token {:?} acquired {} left {} ({:?})",
+            "{} {} token {:?} acquired {} left {} ({:?})",
+            h.kind,
             h.owner,
             h.token,
             self.t(h.acquired),
@@ -236,12 +248,13 @@ fn stale_accepted(ledger: &[Entry]) -> usize {
     stale
 }
 
-/// Plain holds of different owners whose [acquired, left] intervals intersect: (pairs where
-/// neither holder was told, holds that were told they were lost and overlapped another). The
+/// Holds of `lock` (one name, whichever kind took it) by different owners whose
+/// [acquired, left] intervals intersect: (pairs where neither holder was told, holds that
+/// were told they were lost and overlapped another). The
 /// recorded interval lies inside the real hold (entered after the acquire returned, left
 /// before the unlock was sent), so an intersection here is a real one.
-fn overlaps(plain: &[&Hold], notes: &mut Notes) -> (usize, usize) {
-    let mut sorted: Vec<&Hold> = plain.to_vec();
+fn overlaps(holds: &[&Hold], lock: &str, notes: &mut Notes) -> (usize, usize) {
+    let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.acquired);
     let mut silent = 0;
     let mut told = vec![false; sorted.len()];
@@ -257,7 +270,7 @@ fn overlaps(plain: &[&Hold], notes: &mut Notes) -> (usize, usize) {
             if a.end != End::Lost && b.end != End::Lost {
                 silent += 1;
                 let text = format!("{} and {}", notes.hold(a), notes.hold(b));
-                notes.add("untold overlap", text);
+                notes.add(&format!("untold overlap ({lock})"), text);
             }
             told[i] |= a.end == End::Lost;
             told[j] |= b.end == End::Lost;

@@ -4,19 +4,41 @@
 
 use std::fmt;
 
-/// Which lock a round used: the fenced one (writes to the store) or the plain one; or a long
-/// wait: the waited lock, which every process's waiter thread contends for, or the process's
-/// own lock, which its fresh thread takes again and again (so that calls start during a
-/// fault).
+/// Which lock a round used: the fenced one (writes to the store), or one of the short rounds'
+/// locks (plain, spin, string: each its own name; and a spin lock on the plain lock's name,
+/// which the two kinds share: one hash); or a long wait: the waited lock, which
+/// every process's waiter thread contends for, or the process's own lock, which its fresh
+/// thread takes again and again (so that calls start during a fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Fenced,
     Plain,
+    /// `get_spin_lock`: Redisson's hash, no unlock message, waiters woken by client tracking.
+    Spin,
+    /// `get_string_lock`: redis-py's `SET NX PX` string, no unlock message, tracking too.
+    StringLock,
+    /// `get_spin_lock` on the plain lock's name: a silent holder that plain waiters must find
+    /// (tracking after 100 ms without a message), and a plain holder that spin waiters find.
+    SpinOnPlain,
     Waited,
     Fresh,
 }
 
+/// The locks whose holds the checker compares for overlaps, as [`Kind::lock`] names them.
+pub const LOCKS: [&str; 3] = ["plain", "spin", "string"];
+
 impl Kind {
+    /// Which of [`LOCKS`] a hold of this kind is a hold of (holds of one lock, whatever their
+    /// kind, exclude each other), or `None` for the locks the overlap check leaves alone.
+    pub fn lock(self) -> Option<&'static str> {
+        match self {
+            Kind::Plain | Kind::SpinOnPlain => Some("plain"),
+            Kind::Spin => Some("spin"),
+            Kind::StringLock => Some("string"),
+            Kind::Fenced | Kind::Waited | Kind::Fresh => None,
+        }
+    }
+
     /// A call with a wait longer than any failover: it must not fail inside it.
     pub fn waits_long(self) -> bool {
         matches!(self, Kind::Waited | Kind::Fresh)
@@ -81,6 +103,9 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Fenced => "fenced",
             Kind::Plain => "plain",
+            Kind::Spin => "spin",
+            Kind::StringLock => "string",
+            Kind::SpinOnPlain => "spin-on-plain",
             Kind::Waited => "waited",
             Kind::Fresh => "fresh",
         })
@@ -121,6 +146,9 @@ pub fn parse(line: &str) -> Option<Record> {
     let kind = match *f.get(1)? {
         "fenced" => Kind::Fenced,
         "plain" => Kind::Plain,
+        "spin" => Kind::Spin,
+        "string" => Kind::StringLock,
+        "spin-on-plain" => Kind::SpinOnPlain,
         "waited" => Kind::Waited,
         "fresh" => Kind::Fresh,
         _ => return None,

@@ -1,5 +1,6 @@
 //! A fault campaign in the spirit of Jepsen (issue 23): worker processes × threads take a
-//! fenced lock (writing their tokens to a store that refuses stale ones) and a plain lock,
+//! fenced lock (writing their tokens to a store that refuses stale ones) and in turn a plain,
+//! a spin and a string lock (and a spin lock on the plain lock's name),
 //! while the driver breaks the deployment under them: failovers, killed and stopped masters,
 //! a stopped client, restarts, partitions in network namespaces, slot migration. A checker
 //! then reads every recorded history. See RELIABILITY.md for the table and what it means.
@@ -8,6 +9,10 @@
 //! cargo run --release --example campaign              # short mode (CI), about 3.5 minutes
 //! cargo run --release --example campaign -- --long    # every fault, repeated: about 40 minutes
 //! cargo run --release --example campaign -- --only cluster   # rows whose names contain it
+//! cargo run --release --example campaign -- --long --only "cluster 3+3 kill" --only "random"
+//!                                                      # rows that contain any of them
+//! cargo run --release --example campaign -- --long --only "=cluster 3+3 partition node"
+//!                                                      # "=": that row exactly
 //! cargo run --release --example campaign -- --no-replica-sync # what asynchronous replication does
 //! ```
 //!
@@ -49,20 +54,22 @@ fn main() -> ExitCode {
     } else {
         &plan::SHORT
     };
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1));
+    let only: Vec<&str> = args
+        .windows(2)
+        .filter(|pair| pair[0] == "--only")
+        .map(|pair| pair[1].as_str())
+        .collect();
     let replica_sync = !args.iter().any(|a| a == "--no-replica-sync");
-    drive(mode, only.map(String::as_str), replica_sync)
+    drive(mode, &only, replica_sync)
 }
 
-fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode {
+/// Runs the rows of `mode` whose "topology fault" matches one of `only` (all without any).
+fn drive(mode: &plan::Mode, only: &[&str], replica_sync: bool) -> ExitCode {
     let started = Instant::now();
     selftest::run();
     let rows: Vec<_> = plan::rows(mode)
         .into_iter()
-        .filter(|(t, f)| only.is_none_or(|o| format!("{t} {f}").contains(o)))
+        .filter(|(t, f)| only.is_empty() || only.iter().any(|o| matches(o, &format!("{t} {f}"))))
         .collect();
     if rows.is_empty() {
         eprintln!("no row matches {only:?}");
@@ -113,6 +120,15 @@ fn drive(mode: &plan::Mode, only: Option<&str>, replica_sync: bool) -> ExitCode 
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Whether `row` ("topology fault") is selected by `only`: the row itself after a "=", so
+/// that "partition node" can be run without "partition node+client"; else any part of it.
+fn matches(only: &str, row: &str) -> bool {
+    match only.strip_prefix('=') {
+        Some(exact) => row == exact,
+        None => row.contains(only),
     }
 }
 

@@ -36,8 +36,8 @@ fn line(row: &RowResult) -> String {
         documented(v.duplicate_tokens),
         documented(v.token_regressions),
         v.stale_accepted,
-        v.overlaps,
-        v.told_overlaps,
+        by_lock(v.overlaps, v.overlaps_by_lock.iter().map(|o| (o.0, o.1))),
+        by_lock(v.told_overlaps, v.overlaps_by_lock.iter().map(|o| (o.0, o.2))),
         v.liveness_misses,
         waiters(v),
         v.leftovers,
@@ -45,6 +45,18 @@ fn line(row: &RowResult) -> String {
         v.worst_recovery as f64 / 1e9,
         v.violations()
     )
+}
+
+/// A total, and which locks it came from when it is not 0: "3 (spin 1, string 2)".
+fn by_lock<'a>(total: usize, counts: impl Iterator<Item = (&'a str, usize)>) -> String {
+    let parts: Vec<String> = counts
+        .filter(|&(_, n)| n > 0)
+        .map(|(lock, n)| format!("{lock} {n}"))
+        .collect();
+    match total {
+        0 => "0".into(),
+        _ => format!("{total} ({})", parts.join(", ")),
+    }
 }
 
 /// Long waits that failed inside their wait, marked "(not promised)" where the README does not

@@ -12,7 +12,7 @@ use super::netns::Netns;
 use super::plan::{past_lease, Mode};
 use super::store;
 use super::support::RedisServer;
-use super::worker::{FENCED, PLAIN};
+use super::worker::{FENCED, PLAIN, SPIN, STRING};
 use super::workers::{Setup, Workers};
 
 /// What the campaign shares between rows.
@@ -269,7 +269,7 @@ fn keys_left(port: u16) -> usize {
         .unwrap_or_default();
     keys.iter()
         .filter(|key| {
-            if key.as_str() == FENCED || key.as_str() == PLAIN {
+            if [FENCED, PLAIN, SPIN, STRING].contains(&key.as_str()) {
                 return true;
             }
             let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap_or(-2);

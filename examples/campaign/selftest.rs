@@ -21,12 +21,15 @@ fn hold(kind: Kind, process: usize, times: (u64, u64, u64), token: u64, end: End
 
 /// Panics when a check misses its planted violation (or finds one that is not there).
 pub fn run() {
-    use Kind::{Fenced, Plain};
+    use Kind::{Fenced, Plain, Spin, SpinOnPlain, StringLock};
     let worker_0 = vec![
         hold(Plain, 0, (0, 10, 50), 0, End::Held),
         hold(Fenced, 0, (60, 70, 80), 10, End::Held),
         hold(Fenced, 0, (90, 95, 99), 11, End::Held),
         hold(Plain, 0, (2000, 2100, 2200), 0, End::Held),
+        hold(Spin, 0, (3000, 3010, 3050), 0, End::Held),
+        hold(StringLock, 0, (4000, 4010, 4050), 0, End::Held),
+        hold(SpinOnPlain, 0, (5000, 5010, 5050), 0, End::Held),
     ];
     let worker_1 = vec![
         // Overlaps worker 0's first plain hold, neither told: one untold overlap.
@@ -36,6 +39,15 @@ pub fn run() {
         hold(Fenced, 1, (130, 140, 150), 11, End::Held),
         // Overlaps worker 0's last plain hold, and was told: documented.
         hold(Plain, 1, (2000, 2150, 2300), 0, End::Lost),
+        // Overlaps worker 0's spin hold: an untold overlap of the spin lock.
+        hold(Spin, 1, (3000, 3020, 3060), 0, End::Held),
+        // Inside worker 0's spin hold too, but another lock (another name): no overlap.
+        hold(Plain, 1, (3000, 3030, 3040), 0, End::Held),
+        // Overlaps worker 0's string hold: an untold overlap of the string lock.
+        hold(StringLock, 1, (4000, 4020, 4060), 0, End::Held),
+        // Overlaps worker 0's spin hold of the plain lock's name: an untold overlap of the
+        // plain lock, taken by two kinds.
+        hold(Plain, 1, (5000, 5020, 5060), 0, End::Held),
         // A long wait that began during the fault and failed long before its wait ended.
         Record::Fail(Fail {
             kind: Kind::Waited,
@@ -62,9 +74,14 @@ pub fn run() {
     ];
     assert_eq!(
         found,
-        [1, 1, 1, 1, 1, 1, 1, 1, 1],
-        "the checker's self-test (untold, told, duplicates, regressions, stale, liveness, \
+        [4, 1, 1, 1, 1, 1, 1, 1, 1],
+        "the checker's self-test (untold over the three locks, told, duplicates, regressions, stale, liveness, \
          refused, long waits failed, long waits started in a fault)"
     );
     assert_eq!(v.worst_recovery, 1150, "worst recovery in the self-test");
+    assert_eq!(
+        v.overlaps_by_lock,
+        [("plain", 2, 1), ("spin", 1, 0), ("string", 1, 0)],
+        "the checker's self-test: (kind, untold, told) overlaps lock by lock"
+    );
 }

@@ -1,6 +1,7 @@
 //! A worker process: `campaign worker ...`, started by the driver (several per row, each with
 //! several threads). Each thread alternates a fenced round (take the fenced lock, write its
-//! token to the store) and a plain round (take the plain lock, stay a while), and appends
+//! token to the store) and a short round (take the plain, spin or string lock in turn, each
+//! its own name, or a spin lock on the plain lock's name, and stay a while), and appends
 //! what happened to the process's history file until the driver's stop file appears. Two
 //! more threads make calls with a long wait: a waiter (the waited lock, which every process
 //! contends for) and a fresh caller (its own lock, taken again every 100 ms, so that calls
@@ -21,10 +22,17 @@ use super::store::Store;
 /// Both names share a hash tag: on a cluster they live on one master, the one faults hit.
 pub const FENCED: &str = "{campaign}:fenced";
 pub const PLAIN: &str = "{campaign}:plain";
+/// The spin lock's name: its holders never publish, its waiters are woken by client tracking.
+pub const SPIN: &str = "{campaign}:spin";
+/// The string lock's name (redis-py's format): no unlock message either.
+pub const STRING: &str = "{campaign}:string";
+/// The short rounds' locks, taken in turn (a thread starts at its own index, so that every
+/// name has holders from the first rounds).
+const SHORT_ROUNDS: [Kind; 4] = [Kind::Plain, Kind::Spin, Kind::StringLock, Kind::SpinOnPlain];
 /// How long one acquire waits: long enough for a holder to finish, short enough that a
 /// worker records its failures while a fault lasts.
 const WAIT: Duration = Duration::from_secs(2);
-/// Time inside a plain critical section, so that overlaps have room to show.
+/// Time inside a plain, spin or string critical section, so that overlaps have room to show.
 const PLAIN_HOLD: Duration = Duration::from_millis(20);
 /// Work between a fenced acquire and its write: a pause that lands here makes the write late.
 const FENCED_WORK: Duration = Duration::from_millis(10);
@@ -109,9 +117,10 @@ pub fn run(args: Args) {
             let (manager, history, args) = (manager.clone(), history.clone(), args.clone());
             std::thread::spawn(move || {
                 let mut thread = Thread::new(&args, t, manager, history);
+                let mut short = SHORT_ROUNDS.iter().cycle().skip(t);
                 while !args.stop_file.exists() && now_ns() < deadline {
                     thread.round(Kind::Fenced);
-                    thread.round(Kind::Plain);
+                    thread.round(*short.next().expect("a cycle never ends"));
                 }
             })
         })
@@ -153,7 +162,7 @@ impl Thread {
         }
     }
 
-    /// One call: the fenced or plain lock with a short wait, or one with a long wait: the
+    /// One call: the fenced, plain, spin or string lock with a short wait, or one with a long wait: the
     /// waited lock (contended by every process) or the process's own (free: a fresh call).
     fn round(&mut self, kind: Kind) {
         let call_start = now_ns();
@@ -162,6 +171,9 @@ impl Thread {
                 .manager
                 .acquire(FENCED, AcquireOptions::new().wait(WAIT).fenced(true)),
             Kind::Plain => self.manager.try_lock(PLAIN, WAIT),
+            Kind::Spin => self.manager.get_spin_lock(SPIN).try_lock(WAIT),
+            Kind::StringLock => self.manager.get_string_lock(STRING).try_lock(WAIT),
+            Kind::SpinOnPlain => self.manager.get_spin_lock(PLAIN).try_lock(WAIT),
             Kind::Waited => self.manager.try_lock(WAITED, LONG_WAIT),
             Kind::Fresh => self.manager.try_lock(&fresh_name(self.process), LONG_WAIT),
         };
@@ -193,7 +205,7 @@ impl Thread {
                 std::thread::sleep(FENCED_WORK);
                 self.store.write(token, &self.owner)
             }
-            (Kind::Plain, _) => {
+            (Kind::Plain | Kind::Spin | Kind::StringLock | Kind::SpinOnPlain, _) => {
                 std::thread::sleep(PLAIN_HOLD);
                 Write::None
             }
