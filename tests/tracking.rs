@@ -496,6 +496,16 @@ fn on_a_cluster_the_keys_master_wakes_the_waiter() -> Result<()> {
             after < WOKEN_WITHIN,
             "woken only {after:?} after the release"
         );
+        // The same key held again, and deleted by hand.
+        hold_as_java(&mut conn, &name, 30_000);
+        let before = support::command_calls(&mut conn, "evalsha");
+        let acquired = spawn_waiter(&manager, &name, false);
+        await_waiting(&mut conn, before, 2, Duration::from_millis(2500));
+        let released = Instant::now();
+        let _: () = conn.del(&name).unwrap();
+        let after = woken_after(&acquired, released);
+        println!("{name} on {master}: woken {after:?} after a DEL");
+        assert!(after < WOKEN_WITHIN, "woken only {after:?} after the DEL");
     }
     Ok(())
 }
