@@ -180,7 +180,7 @@ impl PyLockManager {
         )
     }
 
-    /// Redisson's `getSpinLock`: waiters poll, with backoff; no pub/sub.
+    /// Redisson's `getSpinLock`: no pub/sub; waiters are woken by client tracking (or poll).
     fn get_spin_lock(&self, name: &str) -> PyLock {
         PyLock::new(
             Arc::new(self.manager.get_spin_lock(name)),
@@ -190,7 +190,7 @@ impl PyLockManager {
     }
 
     /// redis-py's lock format (`redis.lock.Lock`): a string key holding the owner's token;
-    /// waiters poll; no fencing.
+    /// nothing published (client tracking wakes the waiters); no fencing.
     fn get_string_lock(&self, name: &str) -> PyLock {
         PyLock::new(
             Arc::new(self.manager.get_string_lock(name)),

@@ -1,13 +1,15 @@
-//! [`SpinLock`]: Redisson's `RSpinLock`, a reentrant lock whose waiters poll with a back-off
-//! instead of listening for the release.
+//! [`SpinLock`]: Redisson's `RSpinLock`, a reentrant lock whose release publishes nothing:
+//! Redisson's waiters poll with a back-off, ours are woken by the server's client tracking.
 //!
 //! The lock is the reentrant lock's hash (one owner field `<client id>:<thread>`, a hold count,
 //! the lease as TTL), taken with the same acquire and renewed by the same watchdog; a release
 //! has the same unlock latch. What differs is pub/sub: a spin lock's release (and force
-//! unlock) publishes nothing, and its waiters subscribe to nothing. A waiter looks again after
-//! Redisson's default back-off (`LockOptions.ExponentialBackOff`: 1 ms, doubled plus a little
-//! jitter, at most 128 ms; `crate::backoff::SpinBackoff`), so a release is found within about
-//! 128 ms whoever made it. Redisson offers it for large clusters, where every lock's channel
+//! unlock) publishes nothing, and its waiters subscribe to nothing. The server tracks the key
+//! for a waiter (client tracking, docs/design/threads.md) and tells it of any change, so a
+//! release is found within milliseconds whoever made it; where tracking is refused, a waiter
+//! looks again after Redisson's default back-off (`LockOptions.ExponentialBackOff`: 1 ms,
+//! doubled plus a little jitter, at most 128 ms; `crate::backoff::SpinBackoff`), within about
+//! 128 ms. Redisson offers it for large clusters, where every lock's channel
 //! costs every node; docs/design/wire-format.md ("Spin lock (RSpinLock)", under "On the wire") has the wire format.
 
 use std::sync::{Arc, LazyLock};
@@ -30,7 +32,8 @@ use crate::store::{Attempt, LockStore, Op, Release};
 ///
 /// A repeated call (same latch) gets the first reply. Replies nil when the owner holds no hold
 /// (nothing changed), 0 when one hold fewer remains (lease re-applied), 1 when that was the
-/// last and the key is deleted. Nothing is published: spin-lock waiters poll.
+/// last and the key is deleted. Nothing is published: spin-lock waiters are told by client
+/// tracking, or poll.
 pub const SPIN_RELEASE: &str = latched_script!(
     latch = 2,
     earlier = 3,

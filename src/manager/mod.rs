@@ -155,7 +155,8 @@ impl LockManager {
     }
 
     /// A handle on the spin lock called `name` (Redisson's `RSpinLock`): a lock whose release
-    /// publishes nothing and whose waiters poll with a back-off. No I/O. See [`SpinLock`].
+    /// publishes nothing (its waiters are woken by the server's client tracking, or poll with
+    /// a back-off). No I/O. See [`SpinLock`].
     pub fn get_spin_lock(&self, name: &str) -> SpinLock {
         SpinLock::new(Arc::clone(&self.engine), name)
     }

@@ -13,9 +13,9 @@ pub enum LockKind {
     Lock,
     /// RFairLock: granted first come, first served across every client.
     Fair,
-    /// RSpinLock: waiters poll with a back-off; nothing is published.
+    /// RSpinLock: nothing is published; waiters are woken by client tracking (or poll).
     Spin,
-    /// redis-py's Lock: a string key holding the owner's token; waiters poll.
+    /// redis-py's Lock: a string key holding the owner's token; nothing is published.
     String,
     /// The read lock of an RReadWriteLock: shared with other readers.
     Read,

@@ -250,7 +250,7 @@ struct UnlockArgs {
     #[arg(long, short = 'y')]
     yes: bool,
     /// Which kind of lock to delete: a read or write lock is deleted only while held in that
-    /// mode, a spin lock without waking anyone (its waiters poll).
+    /// mode, a spin or string lock without a message (client tracking wakes its waiters).
     #[arg(long, value_enum, value_name = "KIND", default_value_t = LockKind::Lock)]
     kind: LockKind,
 }

@@ -1,8 +1,9 @@
 //! [`StringLock`]: redis-py's lock format (`redis.lock.Lock`, also redsync's and
 //! bsm/redislock's): one string key, the lock's name, holding the owner's token with the lease
 //! as its TTL. Taken only while the key is missing (`SET name token NX PX lease`), renewed and
-//! deleted only while it holds the owner's token. Nothing is published: waiters poll, as a
-//! spin lock's do, through the same engine path (`LockKind::spins`).
+//! deleted only while it holds the owner's token. Nothing is published: waiters are woken by
+//! the server's client tracking of the key, as a spin lock's are, through the same engine path
+//! (`LockKind::spins`), and poll only where tracking is refused.
 //!
 //! The token is chosen per acquisition, `<client id>:<thread number>:<n>` with `n` counting
 //! this process's fresh acquisitions, and kept with the hold in the engine's registry: a
@@ -57,8 +58,10 @@ pub use scripts::{
 /// own token. This handle's token is chosen per acquisition, `<client id>:<thread
 /// number>:<n>`, and kept while the thread re-enters (redis-py's is a random hex per `Lock`
 /// object): a release sent late never deletes the thread's next hold. Nothing is published:
-/// a waiter polls with the spin lock's back-off (1 ms doubling to 128 ms), and a manager's
-/// threads take turns as on a [`SpinLock`](crate::SpinLock).
+/// a waiter is woken by the server's client tracking of the key (any change: redis-py's
+/// release, an expiry, a `DEL`), or where tracking is refused polls with the spin lock's
+/// back-off (1 ms doubling to 128 ms); a manager's threads take turns as on a
+/// [`SpinLock`](crate::SpinLock).
 ///
 /// Reentrant per thread: the key holds one token, and the holds are counted in this
 /// process; only the last release deletes the key, the others renew its lease. Every acquire
