@@ -24,31 +24,21 @@ impl log::Log for Recorder {
 
 static RECORDER: Recorder = Recorder(Mutex::new(Vec::new()));
 
-fn acl(server: &RedisServer, args: &[&str]) {
-    let _: () = redis::cmd("ACL")
-        .arg(args)
-        .query(&mut server.conn())
-        .unwrap();
-}
-
 #[test]
 fn a_refused_subscription_is_logged_and_waiters_fall_back_to_the_ttl() -> Result<()> {
     log::set_logger(&RECORDER).expect("the only logger of this test binary");
     log::set_max_level(log::LevelFilter::Warn);
     let server = RedisServer::start();
     let mut conn = server.conn();
-    acl(
-        &server,
-        &[
-            "SETUSER",
-            "locker",
-            "on",
-            ">pw",
-            "~*",
-            "+@all",
-            "allchannels",
-        ],
-    );
+    server.acl(&[
+        "SETUSER",
+        "locker",
+        "on",
+        ">pw",
+        "~*",
+        "+@all",
+        "allchannels",
+    ]);
     let url = format!("redis://locker:pw@127.0.0.1:{}/", server.port());
     let waiter_manager = LockManager::builder(&url)
         .response_timeout(Duration::from_millis(500))
@@ -57,7 +47,7 @@ fn a_refused_subscription_is_logged_and_waiters_fall_back_to_the_ttl() -> Result
 
     // Revoke the channel rights: Redis drops the listener's connection, which was subscribed
     // to a channel no longer allowed, and the listener's new subscriptions are refused.
-    acl(&server, &["SETUSER", "locker", "resetchannels"]);
+    server.acl(&["SETUSER", "locker", "resetchannels"]);
     let control = format!("redis_rlock__control:{{{}}}", waiter_manager.client_id());
     assert_eq!(
         support::numsub(&mut conn, &control),
@@ -88,7 +78,7 @@ fn a_refused_subscription_is_logged_and_waiters_fall_back_to_the_ttl() -> Result
         0
     );
     // With the rights back, the release (whose PUBLISH needs them) goes through.
-    acl(&server, &["SETUSER", "locker", "allchannels"]);
+    server.acl(&["SETUSER", "locker", "allchannels"]);
     guard.unlock()?;
     Ok(())
 }

@@ -365,13 +365,6 @@ impl log::Log for Recorder {
 
 static RECORDER: Recorder = Recorder(Mutex::new(Vec::new()));
 
-fn acl(server: &RedisServer, args: &[&str]) {
-    let _: () = redis::cmd("ACL")
-        .arg(args)
-        .query(&mut server.conn())
-        .unwrap();
-}
-
 #[test]
 fn without_the_right_to_client_tracking_waiters_fall_back_to_the_back_off() -> Result<()> {
     log::set_logger(&RECORDER).expect("the only logger of this test binary");
@@ -379,7 +372,7 @@ fn without_the_right_to_client_tracking_waiters_fall_back_to_the_back_off() -> R
     let server = RedisServer::start();
     let mut conn = server.conn();
     let rights = ["SETUSER", "locker", "on", ">pw", "~*", "+@all", "-client"];
-    acl(&server, &[&rights[..], &["allchannels"]].concat());
+    server.acl(&[&rights[..], &["allchannels"]].concat());
     let url = format!("redis://locker:pw@127.0.0.1:{}/", server.port());
     let manager = LockManager::new(&url)?;
     support::await_listener(&mut conn, &manager);

@@ -313,6 +313,14 @@ impl RedisServer {
         self.port
     }
 
+    /// `ACL <args…>` on this server (a user of restricted rights, say), which must succeed.
+    pub fn acl(&self, args: &[&str]) {
+        let _: () = redis::cmd("ACL")
+            .arg(args)
+            .query(&mut self.conn())
+            .expect("ACL");
+    }
+
     /// A plain redis-rs connection to the server, for looking at what the crate wrote.
     pub fn conn(&self) -> redis::Connection {
         connect(&self.url()).expect("connection to the test server")

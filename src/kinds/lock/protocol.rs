@@ -255,6 +255,16 @@ pub(crate) fn is_held_by(store: &LockStore, keys: &LockKeys, owner: &str) -> Res
 
 /// The lock's remaining lease; `None` when it is not held or has no expiry.
 pub(crate) fn remaining_ttl(store: &LockStore, keys: &LockKeys) -> Result<Option<Duration>> {
+    remaining_ttl_of_type(store, keys, "hash")
+}
+
+/// The remaining lease of the key `keys.name`, which must be missing or of Redis type
+/// `key_type` (else `WrongType`); `None` when it is missing or has no expiry. One round trip.
+pub(crate) fn remaining_ttl_of_type(
+    store: &LockStore,
+    keys: &LockKeys,
+    key_type: &str,
+) -> Result<Option<Duration>> {
     let (kind, pttl): (String, i64) = store.run(Op::RemainingTtl, &keys.name, 2, |conn| {
         redis::pipe()
             .cmd("TYPE")
@@ -263,7 +273,7 @@ pub(crate) fn remaining_ttl(store: &LockStore, keys: &LockKeys) -> Result<Option
             .arg(&*keys.name)
             .query(conn)
     })?;
-    if kind != "hash" && kind != "none" {
+    if kind != key_type && kind != "none" {
         return Err(Error::WrongType {
             name: keys.name.to_string(),
         });

@@ -136,23 +136,12 @@ impl StringLock {
     /// The lock's remaining lease as Redis sees it; `None` when nobody holds it (or its key
     /// has no expiry, as redis-py writes with `timeout=None`).
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        let keys = self.lock.keys()?;
-        let (kind, pttl): (String, i64) = self.run(Op::RemainingTtl, |conn| {
-            redis::pipe()
-                .cmd("TYPE")
-                .arg(&*keys.name)
-                .cmd("PTTL")
-                .arg(&*keys.name)
-                .query(conn)
-        })?;
-        if kind != "string" && kind != "none" {
-            return Err(wrong_type(keys));
-        }
-        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+        let store = self.lock.engine()?.store();
+        crate::kinds::lock::protocol::remaining_ttl_of_type(store, self.lock.keys()?, "string")
     }
 
     /// Deletes the lock whoever holds it (redis-py's holder included), announcing nothing
-    /// (pollers find it free); `true` if it was held. The former holder's guards then fail to
+    /// (client tracking tells the waiters); `true` if it was held. The former holder's guards then fail to
     /// release with [`Error::NotHeld`]. A key of this name of another type, or a string that
     /// is a count rather than a token (a [`Semaphore`](crate::Semaphore)'s permits or a
     /// [`CountDownLatch`](crate::CountDownLatch)'s count: a decimal integer of at most 19
